@@ -1,0 +1,51 @@
+"""Shared test fixtures: single-threaded torch and tiny Llama models built from a config."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+
+def _torch():
+    import torch
+
+    torch.set_num_threads(1)
+    return torch
+
+
+def make_tiny_llama(vocab_size: int = 96, seed: int = 0, hidden_size: int = 32,
+                    num_hidden_layers: int = 2, max_position_embeddings: int = 256):
+    """A tiny randomly initialised LlamaForCausalLM (float32, eval mode).
+
+    Different seeds give different models with the same architecture and vocabulary, which is
+    what a drafter pool needs.
+    """
+    torch = _torch()
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    config = LlamaConfig(
+        vocab_size=vocab_size,
+        hidden_size=hidden_size,
+        intermediate_size=2 * hidden_size,
+        num_hidden_layers=num_hidden_layers,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=max_position_embeddings,
+        bos_token_id=1,
+        eos_token_id=2,
+        pad_token_id=0,
+        tie_word_embeddings=False,
+    )
+    torch.manual_seed(seed)
+    model = LlamaForCausalLM(config).eval()
+    return model
+
+
+@pytest.fixture
+def tiny_llama():
+    """Factory fixture: ``tiny_llama(vocab_size=96, seed=0, ...)``."""
+    return make_tiny_llama
