@@ -39,16 +39,27 @@ def check_losses(losses: Any, n: int) -> np.ndarray:
     """Validate a full-information loss vector: shape ``(n,)``, finite, each entry in [0, 1].
 
     Returns a fresh ``float64`` copy, so the caller can never alias the learner's state.
+
+    Raises
+    ------
+    ValueError
+        Naming the problem: not numeric, wrong shape, NaN / inf (with their indices) or values
+        outside [0, 1] (with their indices).
     """
-    arr = np.array(losses, dtype=np.float64, copy=True)
+    try:
+        arr = np.array(losses, dtype=np.float64, copy=True)
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"losses must be real numbers, got {losses!r}: {exc}") from None
     if arr.shape != (n,):
         raise ValueError(f"losses must have shape ({n},), got {arr.shape}")
+    # Fast path (one pass each): NaN fails both comparisons, inf fails one of them.
+    if arr.min() >= 0.0 and arr.max() <= 1.0:
+        return arr
     if not np.all(np.isfinite(arr)):
-        raise ValueError(f"losses must be finite, got NaN or inf at indices {np.flatnonzero(~np.isfinite(arr)).tolist()}")
-    if np.any(arr < 0.0) or np.any(arr > 1.0):
-        bad = np.flatnonzero((arr < 0.0) | (arr > 1.0)).tolist()
-        raise ValueError(f"losses must lie in [0, 1], got out-of-range values at indices {bad}")
-    return arr
+        bad = np.flatnonzero(~np.isfinite(arr)).tolist()
+        raise ValueError(f"losses must be finite, got NaN or inf at indices {bad}")
+    bad = np.flatnonzero((arr < 0.0) | (arr > 1.0)).tolist()
+    raise ValueError(f"losses must lie in [0, 1], got out-of-range values at indices {bad}")
 
 
 def check_arm(arm: Any, n: int) -> int:
@@ -82,6 +93,46 @@ def softmin_weights(scaled_losses: np.ndarray) -> np.ndarray:
     z = -(scaled_losses - np.min(scaled_losses))
     w = np.exp(z)
     return w / w.sum()
+
+
+def check_count(value: Any, name: str) -> int:
+    """Validate a non-negative integer (a round or pull count) and return it as an ``int``."""
+    if isinstance(value, bool) or not isinstance(value, int | np.integer) or value < 0:
+        raise ValueError(f"{name} must be a non-negative integer, got {value!r}")
+    return int(value)
+
+
+def check_state(state: Any, learner: Learner, keys: tuple[str, ...]) -> dict[str, Any]:
+    """Validate a :meth:`Learner.state_dict` snapshot before anything is restored from it.
+
+    Checks that ``state`` is a mapping made by the same class for the same ``n`` and holding
+    every key in ``keys``; raises ``ValueError`` naming the problem otherwise.
+    """
+    if not isinstance(state, dict):
+        raise ValueError(f"state must be a dict from state_dict(), got {type(state).__name__}")
+    kind = type(learner).__name__
+    if state.get("class") != kind:
+        raise ValueError(f"state was made by {state.get('class')!r}, not by {kind!r}")
+    if state.get("n") != learner.n:
+        raise ValueError(f"state is for n={state.get('n')!r}, this learner has n={learner.n}")
+    missing = [k for k in keys if k not in state]
+    if missing:
+        raise ValueError(f"state is missing keys {missing}")
+    return state
+
+
+def check_vector(values: Any, n: int, name: str, *, integer: bool = False) -> np.ndarray:
+    """Convert a saved list to a fresh finite ``(n,)`` array (``int64`` or ``float64``)."""
+    dtype = np.int64 if integer else np.float64
+    try:
+        arr = np.array(values, dtype=dtype, copy=True)
+    except (TypeError, ValueError, OverflowError):
+        raise ValueError(f"state[{name!r}] must be a list of {n} numbers") from None
+    if arr.shape != (n,):
+        raise ValueError(f"state[{name!r}] must have shape ({n},), got {arr.shape}")
+    if not integer and not np.all(np.isfinite(arr) | (arr == np.inf)):
+        raise ValueError(f"state[{name!r}] contains NaN or -inf")
+    return arr
 
 
 class Learner(ABC):
