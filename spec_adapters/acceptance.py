@@ -1,0 +1,174 @@
+"""Acceptance probabilities of a drafter against the target (Theorems 1 and 2 of HedgeSpec).
+
+These are the per-position quantities ``gamma`` that make HedgeSpec a full-information problem:
+once the target has verified a chunk, every drafter's acceptance probability at every verified
+position can be computed from its distribution there, whether or not it drafted the round.
+
+All functions are pure torch, batched over any leading dimensions (positions x drafters), keep
+the input dtype (float64 in, float64 out) and validate their input unless ``validate=False``.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from spec_adapters.sampling import check_distribution
+
+__all__ = ["acceptance_probability", "greedy_tree_acceptance", "tree_acceptance"]
+
+
+def _broadcast_lead(name_a: str, a: torch.Tensor, name_b: str, b: torch.Tensor) -> torch.Size:
+    try:
+        return torch.broadcast_shapes(a.shape[:-1], b.shape[:-1])
+    except RuntimeError:
+        raise ValueError(
+            f"{name_a} {tuple(a.shape)} and {name_b} {tuple(b.shape)} have leading (batch) "
+            "dimensions that do not broadcast"
+        ) from None
+
+
+def acceptance_probability(
+    p: torch.Tensor, q: torch.Tensor, *, validate: bool = True
+) -> torch.Tensor:
+    """Probability that one speculative step accepts a token drafted from ``q``.
+
+    Theorem 1 (HedgeSpec; Leviathan et al. 2023): with ``x ~ q`` accepted with probability
+    ``min(1, p(x) / q(x))``,
+
+    .. math:: \\gamma = \\sum_x q(x) \\min(1, p(x)/q(x)) = \\sum_x \\min(p(x), q(x))
+              = 1 - \\mathrm{TV}(p, q).
+
+    Parameters
+    ----------
+    p : torch.Tensor
+        ``(..., V)`` warped target probabilities.
+    q : torch.Tensor
+        ``(..., V)`` warped drafter probabilities; leading dimensions broadcast against ``p``
+        (e.g. ``p`` ``(K, V)`` and ``q`` ``(N, K, V)`` for ``N`` drafters).
+    validate : bool, default True
+        Check both inputs (see :func:`spec_adapters.sampling.check_distribution`).
+
+    Returns
+    -------
+    torch.Tensor
+        ``gamma`` with the broadcast leading shape, clamped to ``[0, 1]`` against rounding;
+        dtype is the promotion of ``p`` and ``q``.
+
+    Raises
+    ------
+    ValueError
+        Bad probabilities, different vocabulary sizes, or leading shapes that do not broadcast.
+
+    Notes
+    -----
+    O(prod(shape) ) time; materialises the broadcast ``min`` once.
+    """
+    if validate:
+        check_distribution(p, "p")
+        check_distribution(q, "q")
+    if p.shape[-1] != q.shape[-1]:
+        raise ValueError(
+            f"p and q must share the vocabulary dimension, got {p.shape[-1]} and {q.shape[-1]}"
+        )
+    _broadcast_lead("p", p, "q", q)
+    dtype = torch.promote_types(p.dtype, q.dtype)
+    return torch.minimum(p.to(dtype), q.to(dtype)).sum(-1).clamp_(0.0, 1.0)
+
+
+def _kept_mask(p: torch.Tensor, children: torch.Tensor, mask: torch.Tensor | None, validate: bool):
+    if validate:
+        check_distribution(p, "p")
+    if (
+        not isinstance(children, torch.Tensor)
+        or children.is_floating_point()
+        or children.dtype == torch.bool
+    ):
+        raise ValueError("children must be an integer tensor (..., C) of token ids")
+    if children.dim() < 1:
+        raise ValueError(f"children must have shape (..., C), got {tuple(children.shape)}")
+    if mask is None:
+        mask = torch.ones(children.shape, dtype=torch.bool, device=children.device)
+    elif not isinstance(mask, torch.Tensor) or mask.dtype != torch.bool:
+        raise ValueError("mask must be a bool tensor shaped like children")
+    elif mask.shape != children.shape:
+        raise ValueError(
+            f"mask {tuple(mask.shape)} must have the shape of children {tuple(children.shape)}"
+        )
+    V = p.shape[-1]
+    kept = children[mask]
+    if kept.numel() and (int(kept.min()) < 0 or int(kept.max()) >= V):
+        raise ValueError(f"children has kept token ids outside [0, {V})")
+    lead = _broadcast_lead("p", p, "children", children)
+    return lead, children, mask
+
+
+def tree_acceptance(
+    p: torch.Tensor,
+    children: torch.Tensor,
+    mask: torch.Tensor | None = None,
+    *,
+    validate: bool = True,
+) -> torch.Tensor:
+    """Probability that EAGLE's tree sampling accepts one of a node's children (Theorem 2).
+
+    Under recursive rejection sampling over siblings (see
+    :func:`spec_adapters.sampling.tree_accept`), child ``c_1`` is accepted with probability
+    ``p(c_1)``; if not, ``c_2`` with ``p(c_2) / (1 - p(c_1))``; and so on. Telescoping,
+
+    .. math:: \\gamma = P(\\text{some child accepted}) = \\sum_{c \\in S} p(c),
+
+    the target mass of the set ``S`` of distinct child tokens the drafter keeps at the node.
+
+    Parameters
+    ----------
+    p : torch.Tensor
+        ``(..., V)`` target probabilities at the node (after its root-to-node path).
+    children : torch.LongTensor
+        ``(..., C)`` child tokens the drafter keeps there; leading dims broadcast against ``p``
+        (e.g. ``p`` ``(K, V)``, ``children`` ``(N, K, C)``). Repeated tokens count once.
+    mask : torch.BoolTensor, optional
+        Shaped like ``children``; ``False`` marks padding (for nodes with fewer than ``C``
+        children; padded entries may hold any id, e.g. -1). Default: all kept.
+    validate : bool, default True
+        Check ``p``.
+
+    Returns
+    -------
+    torch.Tensor
+        ``gamma`` in ``[0, 1]``, broadcast leading shape, ``p``'s dtype.
+    """
+    lead, children, mask = _kept_mask(p, children, mask, validate)
+    V = p.shape[-1]
+    idx = children.expand(*lead, children.shape[-1]).clamp(0, V - 1)
+    hits = torch.zeros(*lead, V, dtype=p.dtype, device=p.device)
+    hits.scatter_add_(-1, idx, mask.expand(*lead, mask.shape[-1]).to(p.dtype))
+    return (p.expand(*lead, V) * (hits > 0)).sum(-1).clamp_(0.0, 1.0)
+
+
+def greedy_tree_acceptance(
+    p: torch.Tensor,
+    children: torch.Tensor,
+    mask: torch.Tensor | None = None,
+    *,
+    validate: bool = True,
+) -> torch.Tensor:
+    """Greedy form of Theorem 2: 1 if the target's argmax is a kept child, else 0.
+
+    With a greedy (one-hot) target, tree sampling accepts exactly the child equal to
+    ``argmax p``; this equals :func:`tree_acceptance` applied to ``one_hot(argmax p)``.
+
+    Parameters
+    ----------
+    p, children, mask, validate
+        As in :func:`tree_acceptance`; ``p`` may be the raw (unwarped) target distribution.
+        Ties in ``argmax`` resolve to the first index, as in ``SamplingConfig(temperature=0)``.
+
+    Returns
+    -------
+    torch.Tensor
+        0.0 / 1.0 in ``p``'s dtype, broadcast leading shape.
+    """
+    lead, children, mask = _kept_mask(p, children, mask, validate)
+    top = p.argmax(-1, keepdim=True).expand(*lead, 1)
+    hit = (children.expand(*lead, children.shape[-1]) == top) & mask.expand(*lead, mask.shape[-1])
+    return hit.any(-1).to(p.dtype)

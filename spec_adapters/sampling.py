@@ -1,0 +1,554 @@
+"""Sampling: warped target/drafter distributions and the speculative acceptance rules.
+
+Three things live here, all pure torch:
+
+- :class:`SamplingConfig` turns logits into the *warped* probabilities that both the drafter
+  (``q``) and the target (``p``) use: temperature, then top-k, then top-p (the order of
+  transformers' logits warpers). Temperature 0 gives the one-hot argmax, so greedy decoding runs
+  through exactly the same acceptance code as sampling.
+- :func:`speculative_accept`: the single-draft rule of speculative sampling (Leviathan et al.
+  2023, Chen et al. 2023): accept draft ``x_k`` with probability ``min(1, p_k(x_k) / q_k(x_k))``;
+  on the first rejection sample the next token from ``max(0, p_k - q_k)`` normalised; if all ``K``
+  drafts are accepted, sample a bonus token from ``p_K``.
+- :func:`tree_accept`: EAGLE's recursive rejection sampling over a draft tree.
+
+Each rule is written once, as a function of an abstract source of randomness (``_Chooser``).
+The sampling functions run it with a torch generator; :func:`speculative_accept_distribution`
+and :func:`tree_accept_distribution` run *the same code* with a chooser that follows every
+branch and multiplies the branch probabilities, which gives the exact distribution of the
+outcome. ``proofs_check`` verifies Theorems 1-2 and losslessness on those exact distributions, so
+a wrong formula in the rule itself fails a check.
+
+Randomness is consumed deterministically: a call draws a fixed number of uniforms up front
+(``K + 1`` for a chain of ``K`` drafts, ``M + 1`` for a tree of ``M`` draft nodes), whatever
+the outcome, so the generator's state after a round does not depend on what was accepted.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+
+__all__ = [
+    "SamplingConfig",
+    "check_distribution",
+    "speculative_accept",
+    "speculative_accept_distribution",
+    "tree_accept",
+    "tree_accept_distribution",
+    "tree_children",
+]
+
+# Tolerance on |sum(p) - 1| by dtype: loose enough for a float32 softmax over a 150k vocabulary,
+# tight enough to reject logits, unnormalised weights or a missing renormalisation.
+_SUM_TOL = {torch.float16: 1e-2, torch.bfloat16: 2e-2, torch.float32: 1e-4, torch.float64: 1e-6}
+
+
+# --------------------------------------------------------------------------------------------
+# validation
+# --------------------------------------------------------------------------------------------
+def check_distribution(x: torch.Tensor, name: str) -> torch.Tensor:
+    """Validate a tensor of probability vectors over its last dimension.
+
+    Parameters
+    ----------
+    x : torch.Tensor
+        Floating tensor ``(..., V)`` with ``V >= 1``.
+    name : str
+        Name used in the error message.
+
+    Returns
+    -------
+    torch.Tensor
+        ``x`` itself (no copy).
+
+    Raises
+    ------
+    ValueError
+        If ``x`` is not a floating tensor, is 0-dimensional or has an empty last dimension,
+        has NaN / inf or negative entries, or a vector whose sum differs from 1 by more than a
+        dtype-dependent tolerance (1e-4 for float32, 1e-6 for float64).
+    """
+    if not isinstance(x, torch.Tensor):
+        raise ValueError(f"{name} must be a torch.Tensor of probabilities, got {type(x).__name__}")
+    if not x.is_floating_point():
+        raise ValueError(f"{name} must be a floating-point tensor, got dtype {x.dtype}")
+    if x.dim() < 1 or x.shape[-1] < 1:
+        raise ValueError(f"{name} must have shape (..., V) with V >= 1, got {tuple(x.shape)}")
+    if x.numel() == 0:
+        return x
+    if not bool(torch.isfinite(x).all()):
+        raise ValueError(f"{name} has NaN or infinite entries")
+    if bool((x < 0).any()):
+        raise ValueError(f"{name} has negative entries (min {float(x.min()):.3g})")
+    err = float((x.sum(-1, dtype=torch.float64) - 1.0).abs().max())
+    tol = _SUM_TOL.get(x.dtype, 1e-4)
+    if err > tol:
+        raise ValueError(
+            f"{name} does not sum to 1 over its last dimension (max |sum - 1| = {err:.3g} > "
+            f"{tol:g}); pass probabilities, not logits or unnormalised weights"
+        )
+    return x
+
+
+def _check_tokens(tokens: torch.Tensor, name: str, vocab_size: int) -> torch.Tensor:
+    if not isinstance(tokens, torch.Tensor):
+        raise ValueError(f"{name} must be a torch.LongTensor, got {type(tokens).__name__}")
+    if tokens.is_floating_point() or tokens.is_complex() or tokens.dtype == torch.bool:
+        raise ValueError(f"{name} must be an integer tensor of token ids, got dtype {tokens.dtype}")
+    if tokens.numel() and (int(tokens.min()) < 0 or int(tokens.max()) >= vocab_size):
+        raise ValueError(
+            f"{name} has token ids outside [0, {vocab_size}) "
+            f"(min {int(tokens.min())}, max {int(tokens.max())})"
+        )
+    return tokens
+
+
+# --------------------------------------------------------------------------------------------
+# warping
+# --------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class SamplingConfig:
+    """How logits become the probabilities used for drafting, verification and gamma.
+
+    Parameters
+    ----------
+    temperature : float, default 0.0
+        ``>= 0``. ``0`` means greedy: :meth:`probs` returns the one-hot argmax (first index on
+        ties), and the speculative rules then reduce exactly to "accept while the draft equals
+        the target's argmax".
+    top_p : float, default 1.0
+        Nucleus sampling, in ``(0, 1]``: keep the smallest set of most probable tokens whose
+        total probability reaches ``top_p`` (at least one token).
+    top_k : int or None, default None
+        Keep only the ``top_k >= 1`` largest logits (ties at the boundary are kept).
+
+    Notes
+    -----
+    The order is temperature, top-k, top-p, as in transformers' ``generate``. Losslessness of
+    speculative decoding holds with respect to the *warped* target distribution, so ``p`` and
+    ``q`` must both come from the same config.
+    """
+
+    temperature: float = 0.0
+    top_p: float = 1.0
+    top_k: int | None = None
+
+    def __post_init__(self) -> None:
+        t = self.temperature
+        if isinstance(t, bool) or not isinstance(t, int | float) or not math.isfinite(t) or t < 0:
+            raise ValueError(f"temperature must be a finite number >= 0, got {t!r}")
+        tp = self.top_p
+        if isinstance(tp, bool) or not isinstance(tp, int | float) or not 0.0 < tp <= 1.0:
+            raise ValueError(f"top_p must be a number in (0, 1], got {tp!r}")
+        tk = self.top_k
+        if tk is not None and (isinstance(tk, bool) or not isinstance(tk, int) or tk < 1):
+            raise ValueError(f"top_k must be None or an integer >= 1, got {tk!r}")
+
+    @property
+    def greedy(self) -> bool:
+        """True when ``temperature == 0`` (one-hot argmax distributions)."""
+        return self.temperature == 0
+
+    def probs(self, logits: torch.Tensor) -> torch.Tensor:
+        """Warp logits ``(..., V)`` into probabilities ``(..., V)``.
+
+        Parameters
+        ----------
+        logits : torch.Tensor
+            Floating tensor ``(..., V)``; ``-inf`` entries are allowed (masked tokens), NaN is
+            not, and each row needs at least one finite entry.
+
+        Returns
+        -------
+        torch.Tensor
+            Same shape; dtype float64 for float64 input, float32 otherwise. Greedy: the one-hot
+            of ``argmax`` (first index on ties). Otherwise ``softmax`` of
+            ``logits / temperature`` restricted to the top-k, then to the top-p nucleus.
+
+        Raises
+        ------
+        ValueError
+            On a non-floating or empty tensor, NaN or ``+inf`` entries, or a row of all
+            ``-inf``.
+        """
+        if not isinstance(logits, torch.Tensor) or not logits.is_floating_point():
+            raise ValueError("logits must be a floating-point torch.Tensor")
+        if logits.dim() < 1 or logits.shape[-1] < 1:
+            raise ValueError(
+                f"logits must have shape (..., V) with V >= 1, got {tuple(logits.shape)}"
+            )
+        dtype = torch.float64 if logits.dtype == torch.float64 else torch.float32
+        x = logits.to(dtype)
+        if bool(torch.isnan(x).any()) or bool((x == math.inf).any()):
+            raise ValueError("logits contain NaN or +inf")
+        if x.numel() and bool((x == -math.inf).all(-1).any()):
+            raise ValueError("logits have a row where every entry is -inf")
+        if self.greedy:
+            out = torch.zeros_like(x)
+            return out.scatter_(-1, x.argmax(-1, keepdim=True), 1.0)
+        x = x / self.temperature
+        V = x.shape[-1]
+        if self.top_k is not None and self.top_k < V:
+            kth = torch.topk(x, self.top_k, dim=-1).values[..., -1:]
+            x = x.masked_fill(x < kth, -math.inf)
+        if self.top_p < 1.0:
+            sorted_x, order = torch.sort(x, dim=-1, descending=True)
+            sorted_p = torch.softmax(sorted_x, dim=-1)
+            mass_before = sorted_p.cumsum(-1) - sorted_p
+            drop_sorted = mass_before >= self.top_p
+            drop_sorted[..., 0] = False
+            drop = torch.zeros_like(drop_sorted).scatter(-1, order, drop_sorted)
+            x = x.masked_fill(drop, -math.inf)
+        return torch.softmax(x, dim=-1)
+
+
+# --------------------------------------------------------------------------------------------
+# randomness: one rule, two choosers
+# --------------------------------------------------------------------------------------------
+class _Chooser:
+    """Source of the random decisions of a rule. ``slot`` names the pre-drawn uniform used."""
+
+    def bernoulli(self, prob: float, slot: int) -> bool:  # pragma: no cover - interface
+        raise NotImplementedError
+
+    def categorical(self, weights: torch.Tensor, slot: int) -> int:  # pragma: no cover
+        raise NotImplementedError
+
+
+class _UniformChooser(_Chooser):
+    """Decisions from uniforms drawn up front: ``u < prob``, and the inverse CDF."""
+
+    def __init__(self, n_slots: int, generator: torch.Generator | None):
+        device = generator.device if generator is not None else torch.device("cpu")
+        self.u = torch.rand(
+            n_slots, dtype=torch.float64, generator=generator, device=device
+        ).tolist()
+
+    def bernoulli(self, prob: float, slot: int) -> bool:
+        return self.u[slot] < prob
+
+    def categorical(self, weights: torch.Tensor, slot: int) -> int:
+        w = weights.to(torch.float64)
+        cdf = w.cumsum(-1)
+        target = self.u[slot] * float(cdf[-1])
+        idx = int(
+            torch.searchsorted(
+                cdf, torch.tensor([target], dtype=torch.float64, device=cdf.device), right=True
+            )
+        )
+        if idx >= w.shape[0]:  # u * total rounded up to total: take the last positive weight
+            idx = int(torch.nonzero(w > 0)[-1])
+        return idx
+
+
+class _Fork(Exception):  # noqa: N818 - control flow, not an error
+    def __init__(self, options: list[tuple[object, float]]):
+        self.options = options
+
+
+class _ReplayChooser(_Chooser):
+    """Replays a fixed prefix of decisions, then forks on the next one (exact enumeration)."""
+
+    def __init__(self, prefix: Sequence[object]):
+        self.prefix = prefix
+        self.pos = 0
+
+    def _next(self, options: list[tuple[object, float]]):
+        if self.pos < len(self.prefix):
+            value = self.prefix[self.pos]
+            self.pos += 1
+            return value
+        raise _Fork([(v, pr) for v, pr in options if pr > 0])
+
+    def bernoulli(self, prob: float, slot: int) -> bool:
+        return self._next([(True, prob), (False, 1.0 - prob)])
+
+    def categorical(self, weights: torch.Tensor, slot: int) -> int:
+        w = weights.to(torch.float64)
+        total = float(w.sum())
+        return self._next([(int(i), float(w[i]) / total) for i in torch.nonzero(w > 0).flatten()])
+
+
+def _enumerate(rule, *args) -> dict:
+    """Exact outcome distribution of ``rule(*args, chooser)`` by following every branch."""
+    dist: dict = {}
+    stack: list[tuple[tuple, float]] = [((), 1.0)]
+    while stack:
+        prefix, prob = stack.pop()
+        try:
+            outcome = rule(*args, _ReplayChooser(prefix))
+        except _Fork as fork:
+            stack.extend(((*prefix, v), prob * pr) for v, pr in fork.options)
+            continue
+        dist[outcome] = dist.get(outcome, 0.0) + prob
+    return dist
+
+
+# --------------------------------------------------------------------------------------------
+# single draft
+# --------------------------------------------------------------------------------------------
+def _check_speculative(p, q, draft) -> int:
+    check_distribution(p, "p")
+    check_distribution(q, "q")
+    if p.dim() != 2 or q.dim() != 2:
+        raise ValueError(
+            f"p must be (K+1, V) and q (K, V), got p {tuple(p.shape)}, q {tuple(q.shape)}"
+        )
+    K = q.shape[0]
+    if K < 1:
+        raise ValueError(f"K (number of draft tokens) must be >= 1, got {K}")
+    if p.shape != (K + 1, q.shape[1]):
+        raise ValueError(
+            f"p must have shape (K+1, V) = ({K + 1}, {q.shape[1]}) to match q {tuple(q.shape)}, "
+            f"got {tuple(p.shape)}"
+        )
+    _check_tokens(draft, "draft", q.shape[1])
+    if tuple(draft.shape) != (K,):
+        raise ValueError(f"draft must have shape (K,) = ({K},), got {tuple(draft.shape)}")
+    qx = q.gather(1, draft.view(K, 1).to(q.device)).flatten()
+    if bool((qx <= 0).any()):
+        k = int(torch.nonzero(qx <= 0)[0])
+        raise ValueError(f"draft token {k} has q = 0: it cannot have been drawn from q")
+    return K
+
+
+def _residual(pk: torch.Tensor, qk: torch.Tensor) -> torch.Tensor:
+    """``max(0, p - q)`` (unnormalised). Falls back to ``p`` if it is identically zero, which
+    only rounding can cause (exactly, a rejection has probability 0 when ``p == q``)."""
+    r = (pk - qk).clamp_min(0)
+    return r if bool((r > 0).any()) else pk
+
+
+def _speculative_rule(p: torch.Tensor, q: torch.Tensor, draft: list[int], rand: _Chooser):
+    """The speculative-sampling rule, written once (see :func:`speculative_accept`)."""
+    K = len(draft)
+    for k, x in enumerate(draft):
+        px, qx = float(p[k, x]), float(q[k, x])
+        # accept x_k with probability min(1, p_k(x) / q_k(x))
+        if rand.bernoulli(min(1.0, px / qx), slot=k):
+            continue
+        # first rejection: the next token comes from max(0, p_k - q_k), normalised
+        return k, rand.categorical(_residual(p[k], q[k]), slot=K)
+    # all K accepted: bonus token from the target's distribution after the last draft
+    return K, rand.categorical(p[K], slot=K)
+
+
+def speculative_accept(
+    p: torch.Tensor,
+    q: torch.Tensor,
+    draft: torch.Tensor,
+    generator: torch.Generator | None = None,
+) -> tuple[int, int]:
+    """Verify ``K`` drafted tokens by speculative sampling.
+
+    For ``k = 1..K``: accept ``x_k`` with probability ``min(1, p_k(x_k) / q_k(x_k))``. At the
+    first rejection, stop and sample the next token from ``max(0, p_k - q_k) / Z``. If all
+    ``K`` are accepted, sample a bonus token from ``p_{K+1}``. The output is then distributed
+    exactly as ``p`` (lossless), and the probability that ``x_k`` is accepted given the prefix is
+    ``sum_x min(p_k(x), q_k(x))`` (Theorem 1 of the HedgeSpec paper; see
+    :func:`spec_adapters.acceptance.acceptance_probability`).
+
+    Parameters
+    ----------
+    p : torch.Tensor
+        ``(K+1, V)`` warped target probabilities: row ``k`` is the distribution of the token
+        after ``[context] + draft[:k]``.
+    q : torch.Tensor
+        ``(K, V)`` warped drafter probabilities the drafts were sampled from.
+    draft : torch.LongTensor
+        ``(K,)`` drafted token ids; ``q[k, draft[k]]`` must be positive.
+    generator : torch.Generator, optional
+        Exactly ``K + 1`` float64 uniforms are drawn from it (on its device; the global CPU
+        generator if None), whatever the
+        outcome: ``u_k`` for the test of draft ``k``, ``u_K`` for the final token (inverse CDF).
+
+    Returns
+    -------
+    n_accepted : int
+        Number of accepted drafts, in ``[0, K]``.
+    next_token : int
+        The resampled token (``n_accepted < K``) or the bonus token (``n_accepted == K``).
+
+    Raises
+    ------
+    ValueError
+        Bad probabilities, mismatched shapes, ``K < 1``, token ids out of range, or a draft
+        with ``q = 0``.
+
+    Notes
+    -----
+    Greedy (one-hot ``p`` and ``q`` from ``SamplingConfig(temperature=0)``): the ratio is 1 or 0,
+    the residual is the one-hot of the target's argmax, so this returns the longest prefix that
+    matches the argmax and the argmax after it, exactly, with no NaN.
+    """
+    K = _check_speculative(p, q, draft)
+    rand = _UniformChooser(K + 1, generator)
+    return _speculative_rule(p, q, draft.tolist(), rand)
+
+
+def speculative_accept_distribution(
+    p: torch.Tensor, q: torch.Tensor, draft: torch.Tensor
+) -> dict[tuple[int, int], float]:
+    """Exact distribution of :func:`speculative_accept`'s output for a fixed draft.
+
+    Runs the same rule with every random decision enumerated (probabilities multiplied along
+    each branch).
+
+    Returns
+    -------
+    dict
+        ``{(n_accepted, next_token): probability}`` over outcomes of positive probability.
+    """
+    _check_speculative(p, q, draft)
+    return _enumerate(_speculative_rule, p, q, draft.tolist())
+
+
+# --------------------------------------------------------------------------------------------
+# draft tree
+# --------------------------------------------------------------------------------------------
+def tree_children(parents: Sequence[int] | torch.Tensor) -> list[list[int]]:
+    """Children lists of a tree given by parent indices (node 0 is the root, ``parents[0] = -1``).
+
+    Children are listed in increasing node index, which is the order siblings are tried in.
+
+    Raises
+    ------
+    ValueError
+        If ``parents[0] != -1`` or some ``parents[i]`` is not in ``[0, i)``.
+    """
+    par = parents.tolist() if isinstance(parents, torch.Tensor) else list(parents)
+    if not par or par[0] != -1:
+        raise ValueError("parents[0] must be -1: node 0 is the root (the last verified token)")
+    children: list[list[int]] = [[] for _ in par]
+    for i in range(1, len(par)):
+        a = par[i]
+        if isinstance(a, bool) or not isinstance(a, int) or not 0 <= a < i:
+            raise ValueError(
+                f"parents[{i}] must be an index in [0, {i}) (parents before children), got {a!r}"
+            )
+        children[a].append(i)
+    return children
+
+
+def _check_tree(p, parents, tokens) -> list[list[int]]:
+    check_distribution(p, "p")
+    if p.dim() != 2:
+        raise ValueError(f"p must be (M+1, V), one row per tree node, got {tuple(p.shape)}")
+    if isinstance(parents, torch.Tensor) and (parents.is_floating_point() or parents.dim() != 1):
+        raise ValueError("parents must be a 1-D integer tensor or a sequence of ints")
+    children = tree_children(parents)
+    n = len(children)
+    if n < 2:
+        raise ValueError("the tree must have at least one draft node besides the root (K >= 1)")
+    if p.shape[0] != n:
+        raise ValueError(f"p must have one row per tree node ({n}), got {p.shape[0]}")
+    if not isinstance(tokens, torch.Tensor):
+        tokens = torch.as_tensor(tokens)
+    _check_tokens(tokens, "tokens", p.shape[1])
+    if tuple(tokens.shape) != (n,):
+        raise ValueError(f"tokens must have shape ({n},) like parents, got {tuple(tokens.shape)}")
+    return children
+
+
+def _tree_rule(p: torch.Tensor, children: list[list[int]], tokens: list[int], rand: _Chooser):
+    """EAGLE's recursive rejection sampling, written once (see :func:`tree_accept`)."""
+    node, path = 0, []
+    while True:
+        residual = p[node].to(torch.float64).clone()  # p' = current residual target dist
+        accepted = None
+        for c in children[node]:
+            t = tokens[c]
+            total = float(residual.sum())
+            rest = total - float(residual[t])
+            # child c accepted with probability p'(c) (1 when it holds all remaining mass)
+            if rand.bernoulli(1.0 if rest <= 0 else float(residual[t]) / total, slot=c):
+                accepted = c
+                break
+            residual[t] = 0.0  # rejected: p'(c) = 0, renormalised implicitly
+        if accepted is None:
+            # no child accepted: the next token comes from the residual
+            return tuple(path), rand.categorical(residual, slot=0)
+        path.append(accepted)
+        node = accepted
+
+
+def tree_accept(
+    p: torch.Tensor,
+    parents: Sequence[int] | torch.Tensor,
+    tokens: torch.Tensor | Sequence[int],
+    generator: torch.Generator | None = None,
+) -> tuple[list[int], int]:
+    """Verify a draft tree by EAGLE's recursive rejection sampling.
+
+    The tree is the one the target verifies: node 0 is the root (the last verified token),
+    nodes ``1..M`` are drafts, ``parents[i] < i``. Starting at the root with ``p' = p_root``,
+    try the root's children in increasing node index: child ``c`` (token ``t_c``) is accepted
+    with probability ``p'(t_c) / sum p'``; on rejection set ``p'(t_c) = 0`` (renormalise) and try
+    the next sibling. On acceptance descend into ``c`` with ``p' = p_c`` and repeat. When no
+    child of the current node is accepted (or it is a leaf), sample the next token from ``p'``.
+
+    The output token sequence is distributed exactly as the target (for any tree chosen from
+    the past), and the probability that some child of a node is accepted is the target mass of
+    its distinct children tokens (Theorem 2; see
+    :func:`spec_adapters.acceptance.tree_acceptance`). Drafter probabilities are not needed:
+    EAGLE builds the tree deterministically (top-k), so each child is a point proposal.
+
+    Parameters
+    ----------
+    p : torch.Tensor
+        ``(M+1, V)`` warped target probabilities; row ``i`` is the distribution of the token
+        after node ``i`` (its root-to-node path).
+    parents : sequence of int or torch.LongTensor
+        ``(M+1,)``; ``parents[0] = -1``, ``0 <= parents[i] < i``. Put the drafter's most
+        likely child first among siblings (EAGLE's order); a repeated sibling token is never
+        accepted twice (its residual mass is already 0).
+    tokens : torch.LongTensor or sequence of int
+        ``(M+1,)`` token ids of the nodes; ``tokens[0]`` (the root's token) is not used.
+    generator : torch.Generator, optional
+        Exactly ``M + 1`` float64 uniforms are drawn: ``u_i`` for the test of node ``i``,
+        ``u_0`` for the final token.
+
+    Returns
+    -------
+    path : list of int
+        Accepted node indices, root-to-leaf, root excluded (``len(path)`` tokens accepted:
+        ``tokens[path]``).
+    next_token : int
+        The token sampled after the last accepted node.
+
+    Raises
+    ------
+    ValueError
+        Bad probabilities, a malformed tree, ``M < 1`` (K < 1), mismatched shapes or token ids
+        out of range.
+
+    Notes
+    -----
+    Greedy (one-hot ``p``): a child is accepted iff it is the target's argmax, so the result is
+    the longest root path matching the argmax, then the argmax.
+    """
+    children = _check_tree(p, parents, tokens)
+    tok = torch.as_tensor(tokens).tolist()
+    rand = _UniformChooser(len(children), generator)
+    path, nxt = _tree_rule(p, children, tok, rand)
+    return list(path), nxt
+
+
+def tree_accept_distribution(
+    p: torch.Tensor,
+    parents: Sequence[int] | torch.Tensor,
+    tokens: torch.Tensor | Sequence[int],
+) -> dict[tuple[tuple[int, ...], int], float]:
+    """Exact distribution of :func:`tree_accept`'s output (same rule, every branch enumerated).
+
+    Returns
+    -------
+    dict
+        ``{(path, next_token): probability}`` with ``path`` a tuple of accepted node indices.
+    """
+    children = _check_tree(p, parents, tokens)
+    return _enumerate(_tree_rule, p, children, torch.as_tensor(tokens).tolist())
