@@ -1,0 +1,155 @@
+"""Per-position acceptance statistics and round windows, shared by the decoders.
+
+Every verified position ``j`` of the generated sequence gets, for each drafter ``i``,
+
+- ``gamma[i, j]``: the probability that drafter ``i`` would have had its token at ``j``
+  accepted, given the verified prefix (Theorem 1: ``sum_x min(p_j(x), q_ij(x))``; the EAGLE
+  decoder stores the tree form of Theorem 2 instead);
+- ``rho[i, j] = min(1, q_ij(x_j) / p_j(x_j))`` for the realized token ``x_j``.
+
+A round that starts with ``s`` verified tokens drafts positions ``s .. s+K-1``; it *completes*
+when those ``K`` positions are verified, which may take several later rounds (delay <= K-1).
+Its loss per drafter is computed from that window with :mod:`spec_adapters.estimators`:
+
+- EAL: ``(K + 1 - AL_hat) / (K + 1)``, with the corrected estimator
+  ``AL = 1 + sum_k (prod_{j<k} rho_j) gamma_k`` when sampling (unbiased), the paper's
+  ``AL = 1 + sum_k prod_{j<=k} gamma_j`` when greedy (then ``rho = gamma`` and the two forms
+  coincide);
+- TAP: the acceptance-probability loss of :func:`spec_adapters.estimators.tap_loss` on the window.
+
+Rounds still open when generation stops (EOS, max_new_tokens) are returned by
+:meth:`RoundTable.close` so the caller censors them explicitly.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from spec_adapters import estimators
+
+__all__ = ["LOSSES", "RoundTable", "position_stats"]
+
+LOSSES = ("eal", "tap")
+
+
+def position_stats(p: torch.Tensor, q: torch.Tensor, tokens: torch.LongTensor
+                   ) -> tuple[torch.Tensor, torch.Tensor]:
+    """gamma and rho of ``N`` drafters at ``m`` verified positions.
+
+    Parameters
+    ----------
+    p : torch.Tensor
+        ``(m, V)`` warped target distributions at the positions.
+    q : torch.Tensor
+        ``(N, m, V)`` warped drafter distributions given the same verified prefixes.
+    tokens : torch.LongTensor
+        ``(m,)`` realized (verified) tokens.
+
+    Returns
+    -------
+    gamma, rho : torch.Tensor
+        ``(N, m)`` each, float64: ``gamma = sum_x min(p, q)`` (Theorem 1, via
+        :func:`spec_adapters.acceptance.acceptance_probability`) and
+        ``rho = min(1, q(x) / p(x))`` (:func:`spec_adapters.estimators.realized_ratio`).
+    """
+    from spec_adapters.acceptance import acceptance_probability
+    from spec_adapters.estimators import realized_ratio
+
+    gamma = acceptance_probability(p, q, validate=False)  # p broadcasts over drafters
+    rho = realized_ratio(p, q, tokens.to(p.device))
+    return gamma.double(), rho.double()
+
+
+class RoundTable:
+    """The gamma/rho table of one query and the windows of its open rounds.
+
+    Parameters
+    ----------
+    n : int
+        Number of drafters.
+    draft_length : int
+        ``K``, the window length of every round.
+    loss : {"eal", "tap"}
+    corrected : bool
+        Use the corrected (unbiased) acceptance-length estimator; the decoders pass
+        ``temperature > 0``. Irrelevant for greedy decoding, where both forms coincide.
+
+    Notes
+    -----
+    Positions are absolute indices into the verified sequence (prompt included); the table
+    starts at the prompt length given to :meth:`reset`.
+    """
+
+    def __init__(self, n: int, draft_length: int, loss: str = "eal", corrected: bool = True):
+        if loss not in LOSSES:
+            raise ValueError(f"unknown loss {loss!r}; expected one of {LOSSES}")
+        self.n, self.k, self.loss, self.corrected = n, draft_length, loss, corrected
+        self.reset(0)
+
+    def reset(self, first_position: int) -> None:
+        self.first = first_position
+        self._gamma: list[torch.Tensor] = []  # one (n, m) block per record() call
+        self._rho: list[torch.Tensor] = []
+        self.end = first_position  # positions first .. end-1 are recorded
+        self.open_rounds: dict[int, int] = {}  # round_id -> start position
+
+    def open(self, round_id: int, start: int) -> None:
+        """A round drafting positions ``start .. start+K-1`` was played."""
+        self.open_rounds[round_id] = start
+
+    def record(self, gamma: torch.Tensor, rho: torch.Tensor) -> None:
+        """Append the stats ``(n, m)`` of the next ``m`` verified positions."""
+        if gamma.shape != rho.shape or gamma.dim() != 2 or gamma.shape[0] != self.n:
+            raise ValueError(f"gamma and rho must both be ({self.n}, m), got "
+                             f"{tuple(gamma.shape)} and {tuple(rho.shape)}")
+        self._gamma.append(gamma.detach().double().cpu())
+        self._rho.append(rho.detach().double().cpu())
+        self.end += gamma.shape[1]
+
+    @property
+    def gamma(self) -> torch.Tensor:
+        """All recorded gamma, ``(n, end - first)``."""
+        return torch.cat(self._gamma, 1) if self._gamma else torch.zeros(self.n, 0).double()
+
+    @property
+    def rho(self) -> torch.Tensor:
+        return torch.cat(self._rho, 1) if self._rho else torch.zeros(self.n, 0).double()
+
+    def window_losses(self, start: int) -> np.ndarray:
+        """Loss vector ``(n,)`` in [0, 1] of the round that drafted ``start .. start+K-1``."""
+        lo, hi = start - self.first, start - self.first + self.k
+        gamma, rho = self.gamma[:, lo:hi], self.rho[:, lo:hi]
+        return window_loss(gamma, rho, self.loss, self.corrected)
+
+    def pop_completed(self) -> list[tuple[int, np.ndarray]]:
+        """Remove and return ``(round_id, losses)`` of every round whose window is verified."""
+        done = [(rid, s) for rid, s in self.open_rounds.items() if s + self.k <= self.end]
+        if not done:
+            return []
+        gamma, rho = self.gamma, self.rho
+        out = []
+        for rid, s in sorted(done):
+            del self.open_rounds[rid]
+            lo = s - self.first
+            out.append((rid, window_loss(gamma[:, lo:lo + self.k], rho[:, lo:lo + self.k],
+                                         self.loss, self.corrected)))
+        return out
+
+    def close(self) -> list[int]:
+        """Forget and return the ids of rounds still open (to be censored)."""
+        ids = sorted(self.open_rounds)
+        self.open_rounds.clear()
+        return ids
+
+
+def window_loss(gamma: torch.Tensor, rho: torch.Tensor, loss: str, corrected: bool
+                ) -> np.ndarray:
+    """Per-drafter loss of one round window: ``gamma``, ``rho`` are ``(n, K)``."""
+    if loss == "tap":
+        values = estimators.tap_loss(gamma)
+    else:
+        al = (estimators.corrected_acceptance_length(gamma, rho) if corrected
+              else estimators.paper_acceptance_length(gamma))
+        values = estimators.eal_loss(al, gamma.shape[-1])
+    return np.clip(np.asarray(torch.as_tensor(values).double().cpu()), 0.0, 1.0).reshape(-1)

@@ -1,0 +1,135 @@
+"""The target model of speculative decoding: a transformers causal LM plus its KV cache.
+
+Cache invariant (shared with :mod:`spec_adapters.single` and the EAGLE decoder): for a verified
+sequence ``x_0 .. x_{L-1}`` the cache holds the keys/values of ``x_0 .. x_{L-2}``, i.e. every
+verified token except the last one. A verification pass therefore feeds ``[x_{L-1}] + drafts``
+(``K + 1`` tokens) and returns ``K + 1`` next-token logits: row ``j`` is the target's logits for
+position ``L + j`` given ``x_{<L} + drafts[:j]``. After acceptance the cache is cropped back to
+``L + n_accepted`` entries (the new sequence minus its last token); the prefix is never
+recomputed.
+"""
+
+from __future__ import annotations
+
+import inspect
+
+import torch
+
+__all__ = ["TargetModel", "context_length", "crop_cache", "forward_cached", "new_cache",
+           "output_vocab_size"]
+
+
+def new_cache(model):
+    """A fresh, empty ``DynamicCache`` for ``model``."""
+    from transformers import DynamicCache
+
+    try:
+        return DynamicCache(config=model.config)
+    except TypeError:  # older transformers: no config argument
+        return DynamicCache()
+
+
+def _cache_kwarg(model) -> str:
+    """transformers >= 5.x calls the cache argument ``cache``; earlier versions
+    ``past_key_values``."""
+    params = inspect.signature(model.forward).parameters
+    return "cache" if "cache" in params else "past_key_values"
+
+
+def forward_cached(model, ids: torch.LongTensor, cache, kwarg: str | None = None) -> torch.Tensor:
+    """Run ``model`` on the 1-D ``ids`` appended to ``cache`` (which grows); return logits (m, V).
+
+    Positions are taken from the cache length, so the caller never passes position ids.
+    """
+    kwarg = kwarg or _cache_kwarg(model)
+    with torch.inference_mode():
+        out = model(input_ids=ids.view(1, -1), use_cache=True, **{kwarg: cache})
+    return out.logits[0].float()
+
+
+def cache_length(cache) -> int:
+    return int(cache.get_seq_length())
+
+
+def crop_cache(cache, length: int) -> None:
+    """Drop cache entries past ``length`` (a no-op when the cache is not longer).
+
+    ``DynamicCache.crop`` takes a negative number of tokens to remove in transformers 5 (and
+    also accepted that form before), so that is the form used.
+    """
+    extra = cache_length(cache) - length
+    if extra > 0:
+        cache.crop(-extra)
+
+
+def output_vocab_size(model) -> int:
+    """Number of logits the model produces (the LM head's rows; may exceed the tokenizer's)."""
+    head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
+    if head is not None and getattr(head, "weight", None) is not None:
+        return int(head.weight.shape[0])
+    return int(model.config.vocab_size)
+
+
+def context_length(model) -> int | None:
+    """Maximum number of positions the model supports, or ``None`` when unbounded/unknown."""
+    cfg = model.config
+    cfg = cfg.get_text_config() if hasattr(cfg, "get_text_config") else cfg
+    n = getattr(cfg, "max_position_embeddings", None)
+    return int(n) if n else None
+
+
+class TargetModel:
+    """A transformers causal LM and its KV cache: ``prefill``, ``verify``, ``crop``.
+
+    Parameters
+    ----------
+    model : transformers.PreTrainedModel
+        Any causal LM (``model(input_ids, cache=...)`` returning ``.logits``); put in eval mode.
+
+    Attributes
+    ----------
+    vocab_size : int
+        Size of the logits' last dimension, the vocabulary ``V`` every drafter must share.
+    max_length : int or None
+        The model's context length (``max_position_embeddings``).
+    """
+
+    def __init__(self, model) -> None:
+        self.model = model.eval()
+        self.vocab_size = output_vocab_size(model)
+        self.max_length = context_length(model)
+        self.device = next(model.parameters()).device
+        self._kwarg = _cache_kwarg(model)
+        self.cache = None
+        self.calls = 0
+
+    def check_prompt_length(self, length: int) -> None:
+        """Raise ``ValueError`` when a prompt of ``length`` tokens does not fit the context."""
+        if self.max_length is not None and length > self.max_length:
+            raise ValueError(f"prompt of {length} tokens is longer than the target's context "
+                             f"length max_position_embeddings={self.max_length}")
+
+    def prefill(self, prompt_ids: torch.LongTensor) -> None:
+        """Start a new query: cache the 1-D prompt minus its last token (see module docstring)."""
+        self.check_prompt_length(int(prompt_ids.numel()))
+        self.cache = new_cache(self.model)
+        self.calls = 0
+        if prompt_ids.numel() > 1:
+            forward_cached(self.model, prompt_ids[:-1].to(self.device), self.cache, self._kwarg)
+
+    def verify(self, last_token: torch.LongTensor, drafts: torch.LongTensor) -> torch.Tensor:
+        """Score ``[last_token] + drafts`` in one forward pass; return logits (K + 1, V) float32.
+
+        Row ``j`` predicts the token after ``drafts[:j]``; the last row gives the bonus token.
+        """
+        ids = torch.cat([last_token.view(1), drafts.view(-1)]).to(self.device)
+        self.calls += 1
+        return forward_cached(self.model, ids, self.cache, self._kwarg)
+
+    def crop(self, length: int) -> None:
+        """Keep the first ``length`` cached positions (drop rejected drafts)."""
+        crop_cache(self.cache, length)
+
+    @property
+    def cached_length(self) -> int:
+        return 0 if self.cache is None else cache_length(self.cache)
