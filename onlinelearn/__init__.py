@@ -1,11 +1,25 @@
 """Online learning with expert advice and bandit feedback (numpy only).
 
 >>> import onlinelearn as ol
->>> ol.Hedge(3).update([0.0, 0.5, 1.0]).weights.shape
+>>> ol.NormalHedge(3).update([0.0, 0.5, 1.0]).weights.shape
 (3,)
 """
 
+from . import bounds
+from .adahedge import AdaHedge
+from .bandits import UCB1, Exp3, Exp3IX
 from .base import Learner
 from .hedge import Hedge
+from .normalhedge import AdaNormalHedge, NormalHedge
 
-__all__ = ["Hedge", "Learner"]
+__all__ = [
+    "UCB1",
+    "AdaHedge",
+    "AdaNormalHedge",
+    "Exp3",
+    "Exp3IX",
+    "Hedge",
+    "Learner",
+    "NormalHedge",
+    "bounds",
+]

@@ -123,14 +123,17 @@ def check_state(state: Any, learner: Learner, keys: tuple[str, ...]) -> dict[str
 
 def check_vector(values: Any, n: int, name: str, *, integer: bool = False) -> np.ndarray:
     """Convert a saved list to a fresh finite ``(n,)`` array (``int64`` or ``float64``)."""
-    dtype = np.int64 if integer else np.float64
     try:
-        arr = np.array(values, dtype=dtype, copy=True)
+        arr = np.array(values, dtype=np.float64, copy=True)
     except (TypeError, ValueError, OverflowError):
         raise ValueError(f"state[{name!r}] must be a list of {n} numbers") from None
     if arr.shape != (n,):
         raise ValueError(f"state[{name!r}] must have shape ({n},), got {arr.shape}")
-    if not integer and not np.all(np.isfinite(arr) | (arr == np.inf)):
+    if integer:
+        if not np.all(np.isfinite(arr) & (arr == np.round(arr))):
+            raise ValueError(f"state[{name!r}] must hold integers")
+        return arr.astype(np.int64)
+    if not np.all(np.isfinite(arr) | (arr == np.inf)):
         raise ValueError(f"state[{name!r}] contains NaN or -inf")
     return arr
 
