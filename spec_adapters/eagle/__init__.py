@@ -1,0 +1,10 @@
+"""EAGLE-style draft heads, draft-tree decoding, tree gamma and the HedgeSpec tree decoder.
+
+See docs/eagle.md.
+"""
+
+from .head import EagleHead, EagleHeadConfig
+from .pool import HeadPool
+from .tree import TreeConfig
+
+__all__ = ["EagleHead", "EagleHeadConfig", "HeadPool", "TreeConfig"]

@@ -1,0 +1,379 @@
+"""EAGLE-3-style draft head: target features + next-token embedding -> one decoder layer.
+
+Indexing (EAGLE's). ``f_t`` is the target's feature at position ``t`` (it has seen
+``x_0 .. x_t`` and predicts ``x_{t+1}``). The head's input at its position ``t`` is the pair
+``(f_t, e(x_{t+1}))``, the feature and the embedding of the token the target produced from it;
+its output predicts ``x_{t+2}``. When drafting deeper than one token the target feature is not
+known yet, so the head feeds its own output hidden state ``h_t`` in place of the fused feature
+(autoregressive over its own hidden states, EAGLE-1/3).
+
+Architecture (all sizes from :class:`EagleHeadConfig`)::
+
+    fused  = fc(concat(f^low, f^mid, f^high))        # EAGLE-3 fusion, F*H -> H
+    h      = fused  (or the head's own previous output when drafting deeper)
+    x      = concat(norm_e(e(x_{t+1})), norm_h(h))   # 2H
+    z      = h + o_proj(attn(q(x), k(x), v(x)))      # rotary, causal/tree mask, own KV cache
+    z      = z + mlp(norm_post(z))                    # SwiGLU
+    logits = lm_head(z)                               # reduced draft vocabulary Vd << V
+
+The output layer covers only the ``draft_vocab_size`` most frequent target tokens (EAGLE-3's
+reduced vocabulary), ``d2t[j]`` being the target id of draft id ``j``. Distributions over the
+full target vocabulary (:meth:`EagleHead.full_probs`) put probability 0 on every token outside
+the draft vocabulary: the head can never propose those tokens (the target still can produce
+them, so losslessness is unaffected; only acceptance drops).
+
+The embedding table is the target's own (frozen, shared by reference, never saved with the
+head): :meth:`EagleHead.bind` attaches it and checks that the head was trained for that target.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import os
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import torch
+import torch.nn.functional as fn
+from torch import nn
+
+__all__ = ["EagleHead", "EagleHeadConfig", "build_draft_vocab", "default_feature_layers",
+           "target_fingerprint", "target_hidden_features"]
+
+CONFIG_NAME = "eagle_config.json"
+WEIGHTS_NAME = "model.safetensors"
+
+
+def default_feature_layers(num_hidden_layers: int) -> tuple[int, ...]:
+    """EAGLE-3's low / middle / high layers, as indices into ``output_hidden_states``.
+
+    Index 0 is the embedding output, index ``L`` the (normed) last layer. EAGLE-3 takes layer
+    2, ``L // 2`` and ``L - 3``; for a 30-layer target that is ``(2, 15, 27)``. Tiny targets
+    get the distinct values clamped to ``[1, L]``.
+    """
+    L = int(num_hidden_layers)
+    picks = (min(2, L), max(1, L // 2), max(1, L - 3))
+    return tuple(sorted(set(picks)))
+
+
+def target_fingerprint(target) -> str:
+    """A short hash of the target's input embedding table (rounded to 1e-3), so a head cannot
+    be bound to a different model that happens to share the architecture."""
+    w = target.get_input_embeddings().weight.detach()
+    rows = w[: min(64, w.shape[0])].double().cpu()
+    q = torch.round(rows * 1000).to(torch.int64).numpy().tobytes()
+    return hashlib.sha256(q).hexdigest()[:16]
+
+
+def _target_name(target) -> str:
+    return str(getattr(target.config, "_name_or_path", "") or getattr(target, "name_or_path", "")
+               or "")
+
+
+def target_hidden_features(hidden_states, feature_layers) -> torch.Tensor:
+    """Concatenate the selected layers of ``output_hidden_states`` -> ``(..., F*H)``."""
+    return torch.cat([hidden_states[i] for i in feature_layers], dim=-1)
+
+
+def build_draft_vocab(token_ids, target_vocab_size: int, size: int,
+                      always: tuple[int, ...] = ()) -> torch.LongTensor:
+    """The ``size`` most frequent target tokens of a corpus (EAGLE-3's reduced vocabulary).
+
+    Ties and missing slots (a corpus with fewer distinct tokens) are filled by increasing id.
+    Tokens in ``always`` (e.g. EOS) are included first. Returns ``d2t`` sorted by id.
+    """
+    if not 1 <= size <= target_vocab_size:
+        raise ValueError(f"draft vocab size must be in [1, {target_vocab_size}], got {size}")
+    ids = torch.as_tensor(token_ids).reshape(-1).long()
+    if ids.numel() and (int(ids.min()) < 0 or int(ids.max()) >= target_vocab_size):
+        raise ValueError("corpus token ids outside the target vocabulary")
+    counts = torch.bincount(ids, minlength=target_vocab_size).double()
+    # order: forced tokens, then by count desc, ties by id (stable sort)
+    counts[list(always)] = float("inf")
+    order = torch.sort(-counts, stable=True).indices
+    return torch.sort(order[:size]).values
+
+
+@dataclass
+class EagleHeadConfig:
+    """Architecture of a head and the target it was trained for."""
+
+    target_vocab_size: int
+    hidden_size: int
+    target_num_layers: int
+    feature_layers: tuple[int, ...]
+    draft_vocab_size: int
+    num_attention_heads: int = 4
+    num_key_value_heads: int = 2
+    intermediate_size: int | None = None
+    rms_norm_eps: float = 1e-5
+    rope_theta: float = 10000.0
+    target_name: str = ""
+    target_fingerprint: str = ""
+    extra: dict = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.feature_layers = tuple(int(i) for i in self.feature_layers)
+        if self.intermediate_size is None:
+            self.intermediate_size = 2 * self.hidden_size
+        if not self.feature_layers:
+            raise ValueError("feature_layers must name at least one target layer")
+        bad = [i for i in self.feature_layers if not 0 <= i <= self.target_num_layers]
+        if bad:
+            raise ValueError(f"feature_layers {bad} outside [0, {self.target_num_layers}]")
+        if self.hidden_size % self.num_attention_heads:
+            raise ValueError("hidden_size must be divisible by num_attention_heads")
+        if self.num_attention_heads % self.num_key_value_heads:
+            raise ValueError("num_attention_heads must be divisible by num_key_value_heads")
+        if not 1 <= self.draft_vocab_size <= self.target_vocab_size:
+            raise ValueError("draft_vocab_size must be in [1, target_vocab_size]")
+
+    @property
+    def head_dim(self) -> int:
+        return self.hidden_size // self.num_attention_heads
+
+    @classmethod
+    def for_target(cls, target, draft_vocab_size: int, feature_layers=None, **kw):
+        """Config matching a transformers causal LM ``target``."""
+        c = target.config
+        L = int(c.num_hidden_layers)
+        heads = kw.pop("num_attention_heads", None) or c.num_attention_heads
+        kv = kw.pop("num_key_value_heads", None) or getattr(c, "num_key_value_heads", heads)
+        rope = getattr(c, "rope_theta", None)
+        if rope is None:
+            rope = (getattr(c, "rope_parameters", None) or {}).get("rope_theta", 10000.0)
+        return cls(
+            target_vocab_size=int(target.get_input_embeddings().weight.shape[0]),
+            hidden_size=int(c.hidden_size),
+            target_num_layers=L,
+            feature_layers=tuple(feature_layers or default_feature_layers(L)),
+            draft_vocab_size=int(draft_vocab_size),
+            num_attention_heads=int(heads),
+            num_key_value_heads=int(kv),
+            intermediate_size=kw.pop("intermediate_size", None) or int(c.intermediate_size),
+            rms_norm_eps=float(getattr(c, "rms_norm_eps", 1e-5)),
+            rope_theta=float(rope),
+            target_name=_target_name(target),
+            target_fingerprint=target_fingerprint(target),
+            **kw,
+        )
+
+    def to_json(self) -> str:
+        d = asdict(self)
+        d["feature_layers"] = list(self.feature_layers)
+        return json.dumps(d, indent=2, sort_keys=True)
+
+
+class _RMSNorm(nn.Module):
+    def __init__(self, dim: int, eps: float):
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(dim))
+        self.eps = eps
+
+    def forward(self, x):
+        var = x.pow(2).mean(-1, keepdim=True)
+        return self.weight * (x * torch.rsqrt(var + self.eps))
+
+
+def _rotate_half(x):
+    a, b = x.chunk(2, dim=-1)
+    return torch.cat((-b, a), dim=-1)
+
+
+class EagleHead(nn.Module):
+    """One EAGLE-3-style draft head (see the module docstring for the architecture).
+
+    Parameters
+    ----------
+    config : EagleHeadConfig
+    d2t : torch.LongTensor, optional
+        ``(draft_vocab_size,)`` target id of each draft id; default ``arange``.
+
+    Notes
+    -----
+    :meth:`forward` is a pure function of its inputs (no hidden state in the module), so the
+    pool can evaluate many heads at once with ``torch.func.functional_call`` + ``vmap``.
+    """
+
+    def __init__(self, config: EagleHeadConfig, d2t: torch.Tensor | None = None):
+        super().__init__()
+        self.config = c = config
+        H, nh, kv, d = c.hidden_size, c.num_attention_heads, c.num_key_value_heads, c.head_dim
+        F_ = len(c.feature_layers)
+        self.fc = nn.Linear(F_ * H, H, bias=False)
+        self.norm_e = _RMSNorm(H, c.rms_norm_eps)
+        self.norm_h = _RMSNorm(H, c.rms_norm_eps)
+        self.q_proj = nn.Linear(2 * H, nh * d, bias=False)
+        self.k_proj = nn.Linear(2 * H, kv * d, bias=False)
+        self.v_proj = nn.Linear(2 * H, kv * d, bias=False)
+        self.o_proj = nn.Linear(nh * d, H, bias=False)
+        self.norm_post = _RMSNorm(H, c.rms_norm_eps)
+        self.gate_proj = nn.Linear(H, c.intermediate_size, bias=False)
+        self.up_proj = nn.Linear(H, c.intermediate_size, bias=False)
+        self.down_proj = nn.Linear(c.intermediate_size, H, bias=False)
+        self.lm_head = nn.Linear(H, c.draft_vocab_size, bias=False)
+        if d2t is None:
+            d2t = torch.arange(c.draft_vocab_size)
+        d2t = torch.as_tensor(d2t).long()
+        if d2t.shape != (c.draft_vocab_size,):
+            raise ValueError(f"d2t must have shape ({c.draft_vocab_size},)")
+        if int(d2t.min()) < 0 or int(d2t.max()) >= c.target_vocab_size or \
+                d2t.unique().numel() != d2t.numel():
+            raise ValueError("d2t must hold distinct target ids in [0, target_vocab_size)")
+        self.register_buffer("d2t", d2t)
+        inv = 1.0 / (c.rope_theta ** (torch.arange(0, d, 2, dtype=torch.float64) / d))
+        self.register_buffer("inv_freq", inv.float(), persistent=False)
+        self.embed_weight: torch.Tensor | None = None  # the target's table, set by bind()
+
+    # ------------------------------------------------------------------ target binding
+    def check_target(self, target) -> None:
+        """Raise ``ValueError`` unless ``target`` is the model this head was trained for."""
+        c = self.config
+        emb = target.get_input_embeddings().weight
+        problems = []
+        if int(emb.shape[0]) != c.target_vocab_size:
+            problems.append(f"vocab size {emb.shape[0]} != {c.target_vocab_size}")
+        if int(target.config.hidden_size) != c.hidden_size:
+            problems.append(f"hidden size {target.config.hidden_size} != {c.hidden_size}")
+        if int(target.config.num_hidden_layers) != c.target_num_layers:
+            problems.append(f"layers {target.config.num_hidden_layers} != "
+                            f"{c.target_num_layers}")
+        name = _target_name(target)
+        if c.target_name and name and name != c.target_name:
+            problems.append(f"name {name!r} != {c.target_name!r}")
+        if not problems and c.target_fingerprint and \
+                target_fingerprint(target) != c.target_fingerprint:
+            problems.append("embedding fingerprint differs (same shape, different weights)")
+        if problems:
+            raise ValueError(
+                f"this EAGLE head was trained for target {c.target_name or '<unnamed>'!r} "
+                f"(vocab {c.target_vocab_size}, hidden {c.hidden_size}, layers "
+                f"{c.target_num_layers}, features {list(c.feature_layers)}), not this model: "
+                + "; ".join(problems))
+
+    def bind(self, target) -> EagleHead:
+        """Check ``target`` and share its (frozen) input embedding table; returns ``self``."""
+        self.check_target(target)
+        self.embed_weight = target.get_input_embeddings().weight.detach()
+        return self
+
+    def embed(self, tokens: torch.LongTensor) -> torch.Tensor:
+        if self.embed_weight is None:
+            raise RuntimeError("EagleHead has no embeddings: call head.bind(target) first")
+        return fn.embedding(tokens, self.embed_weight).to(self.fc.weight.dtype)
+
+    @torch.no_grad()
+    def init_from_target(self, target) -> EagleHead:
+        """Warm start: ``lm_head`` rows copied from the target's output layer at ``d2t``.
+
+        The head's output hidden is regressed onto the target's last (normed) hidden state, so
+        the target's output layer is the natural initial readout.
+        """
+        self.bind(target)
+        out = target.get_output_embeddings().weight.detach()
+        self.lm_head.weight.copy_(out[self.d2t].to(self.lm_head.weight.dtype))
+        return self
+
+    # ------------------------------------------------------------------ the pure forward
+    def fuse(self, features: torch.Tensor) -> torch.Tensor:
+        """Target features ``(..., F*H)`` -> fused feature ``(..., H)``."""
+        return self.fc(features)
+
+    def forward(self, h: torch.Tensor, emb: torch.Tensor, positions: torch.Tensor,
+                past_k: torch.Tensor | None = None, past_v: torch.Tensor | None = None,
+                mask: torch.Tensor | None = None, fuse: bool = False):
+        """One decoder-layer pass over ``T`` new positions.
+
+        Parameters
+        ----------
+        h : ``(B, T, H)`` hidden input, or ``(B, T, F*H)`` target features when ``fuse``.
+        emb : ``(B, T, H)`` embeddings of the next tokens.
+        positions : ``(T,)`` rotary positions.
+        past_k, past_v : ``(B, kv, P, d)`` the head's cache, or None.
+        mask : ``(T, P+T)`` bool, True = may attend; None = causal over the new positions.
+
+        Returns
+        -------
+        logits : ``(B, T, Vd)`` draft-vocabulary logits.
+        z : ``(B, T, H)`` output hidden (the input ``h`` of the next draft step).
+        k, v : ``(B, kv, T, d)`` keys/values of the new positions (not concatenated).
+        """
+        c = self.config
+        nh, kvh, d = c.num_attention_heads, c.num_key_value_heads, c.head_dim
+        if fuse:
+            h = self.fc(h)
+        B, T, _ = h.shape
+        x = torch.cat([self.norm_e(emb), self.norm_h(h)], dim=-1)
+        q = self.q_proj(x).view(B, T, nh, d).transpose(1, 2)
+        k = self.k_proj(x).view(B, T, kvh, d).transpose(1, 2)
+        v = self.v_proj(x).view(B, T, kvh, d).transpose(1, 2)
+        freqs = positions.to(self.inv_freq.dtype)[:, None] * self.inv_freq[None, :]
+        ang = torch.cat([freqs, freqs], dim=-1)
+        cos, sin = ang.cos().to(q.dtype), ang.sin().to(q.dtype)
+        q = q * cos + _rotate_half(q) * sin
+        k = k * cos + _rotate_half(k) * sin
+        k_all = k if past_k is None else torch.cat([past_k, k], dim=2)
+        v_all = v if past_v is None else torch.cat([past_v, v], dim=2)
+        P = k_all.shape[2] - T
+        if mask is None:
+            mask = torch.ones(T, P + T, dtype=torch.bool, device=h.device).tril(P)
+        rep = nh // kvh
+        ka = k_all.repeat_interleave(rep, dim=1)
+        va = v_all.repeat_interleave(rep, dim=1)
+        scores = (q @ ka.transpose(-1, -2)) / math.sqrt(d)
+        scores = scores.masked_fill(~mask, torch.finfo(scores.dtype).min)
+        att = torch.softmax(scores, dim=-1) @ va
+        z = h + self.o_proj(att.transpose(1, 2).reshape(B, T, nh * d))
+        y = self.norm_post(z)
+        z = z + self.down_proj(fn.silu(self.gate_proj(y)) * self.up_proj(y))
+        return self.lm_head(z), z, k, v
+
+    def full_probs(self, logits: torch.Tensor) -> torch.Tensor:
+        """Draft logits ``(..., Vd)`` -> probabilities over the full target vocab ``(..., V)``
+        (0 outside the draft vocabulary)."""
+        return scatter_full(torch.softmax(logits.float(), -1), self.d2t,
+                            self.config.target_vocab_size)
+
+    # ------------------------------------------------------------------ persistence
+    def save_pretrained(self, path: str | os.PathLike) -> None:
+        """Write ``eagle_config.json`` and ``model.safetensors`` (embeddings excluded)."""
+        from safetensors.torch import save_file
+
+        path = Path(path)
+        path.mkdir(parents=True, exist_ok=True)
+        (path / CONFIG_NAME).write_text(self.config.to_json())
+        state = {k: v.detach().contiguous().cpu() for k, v in self.state_dict().items()}
+        save_file(state, str(path / WEIGHTS_NAME), metadata={"format": "pt"})
+
+    @classmethod
+    def from_pretrained(cls, path: str | os.PathLike, target=None) -> EagleHead:
+        """Load a head; with ``target`` also check and :meth:`bind` it (``ValueError`` if the
+        head was trained for another target)."""
+        from safetensors.torch import load_file
+
+        path = Path(path)
+        if not (path / CONFIG_NAME).is_file():
+            raise ValueError(f"{path} has no {CONFIG_NAME}: not a saved EagleHead")
+        cfg = EagleHeadConfig(**json.loads((path / CONFIG_NAME).read_text()))
+        state = load_file(str(path / WEIGHTS_NAME))
+        head = cls(cfg, d2t=state["d2t"])
+        head.load_state_dict(state)
+        head.eval()
+        if target is not None:
+            head.bind(target)
+        return head
+
+
+def scatter_full(probs_draft: torch.Tensor, d2t: torch.Tensor, vocab_size: int) -> torch.Tensor:
+    """Place draft-vocabulary probabilities ``(..., Vd)`` at their target ids ``(..., V)``.
+
+    ``d2t`` is ``(Vd,)`` or, for stacked heads, ``(N, Vd)`` matching ``probs_draft``'s
+    first dim.
+    """
+    out = probs_draft.new_zeros(*probs_draft.shape[:-1], vocab_size)
+    idx = d2t
+    while idx.dim() < probs_draft.dim():
+        idx = idx.unsqueeze(-2)
+    return out.scatter_(-1, idx.expand_as(probs_draft), probs_draft)

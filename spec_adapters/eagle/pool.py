@@ -1,0 +1,155 @@
+"""A pool of EAGLE heads over one target: shared committed context, batched evaluation.
+
+All heads see the same verified pairs ``(f_t, x_{t+1})`` (target features are computed once by
+the target), so their caches have the same length and the pool keeps them stacked:
+``k, v`` are ``(N, 1, kv, P, d)``. :meth:`HeadPool.extend` runs every head over the newly
+verified pairs in **one** call: the heads' parameters are stacked with
+``torch.func.stack_module_state`` and the pure :meth:`EagleHead.forward` is mapped over them
+with ``torch.func.vmap(functional_call(...))``. Heads whose architectures differ are evaluated
+group by group (each group stacked).
+"""
+
+from __future__ import annotations
+
+import copy
+
+import torch
+from torch.func import functional_call, stack_module_state, vmap
+
+from .head import EagleHead, scatter_full
+
+__all__ = ["HeadPool"]
+
+
+def _signature(head: EagleHead) -> tuple:
+    c = head.config
+    return (c.hidden_size, c.feature_layers, c.draft_vocab_size, c.num_attention_heads,
+            c.num_key_value_heads, c.intermediate_size, c.rope_theta, c.rms_norm_eps,
+            next(head.parameters()).dtype)
+
+
+class _Group:
+    """Heads of one architecture, stacked."""
+
+    def __init__(self, heads: list[EagleHead], members: list[int]):
+        self.members = members
+        self.heads = heads
+        self.params, self.buffers = stack_module_state(heads)
+        self.params = {k: v.detach() for k, v in self.params.items()}
+        base = copy.deepcopy(heads[0]).to("meta")
+        base.embed_weight = None
+
+        def one(params, buffers, feats, emb, pos, pk, pv):
+            return functional_call(base, (params, buffers), (feats, emb, pos, pk, pv),
+                                   {"fuse": True})
+
+        self._batched = vmap(one, in_dims=(0, 0, None, None, None, 0, 0))
+
+    def __call__(self, feats, emb, pos, pk, pv):
+        if len(self.heads) == 1:
+            out = self.heads[0](feats, emb, pos, pk[0], pv[0], fuse=True)
+            return tuple(t.unsqueeze(0) for t in out)
+        return self._batched(self.params, self.buffers, feats, emb, pos, pk, pv)
+
+
+class HeadPool:
+    """``N`` heads bound to one target, with stacked caches and batched evaluation.
+
+    Parameters
+    ----------
+    heads : list of EagleHead
+        Non-empty; each is checked against ``target`` (``ValueError`` otherwise) and bound
+        to its embedding table.
+    target : transformers causal LM
+    batched : bool
+        Evaluate same-architecture heads in one vmapped call (``False``: one call per head,
+        the reference the tests compare against).
+    """
+
+    def __init__(self, heads, target, batched: bool = True):
+        heads = list(heads)
+        if not heads:
+            raise ValueError("the pool of EAGLE heads is empty: give at least one head")
+        for i, h in enumerate(heads):
+            if not isinstance(h, EagleHead):
+                raise ValueError(f"heads[{i}] is {type(h).__name__}, not an EagleHead")
+            h.bind(target)
+            h.eval()
+        fl = {h.config.feature_layers for h in heads}
+        if len(fl) != 1:
+            raise ValueError(f"all heads must read the same target feature layers, got {fl}")
+        self.heads = heads
+        self.n = len(heads)
+        self.feature_layers = heads[0].config.feature_layers
+        self.vocab_size = heads[0].config.target_vocab_size
+        groups: dict[tuple, list[int]] = {}
+        for i, h in enumerate(heads):
+            groups.setdefault(_signature(h) if batched else (i,), []).append(i)
+        self.groups = [_Group([heads[i] for i in m], m) for m in groups.values()]
+        self.reset()
+
+    def reset(self) -> None:
+        """Forget the context (a new query)."""
+
+        self._gk: list[torch.Tensor | None] = [None] * len(self.groups)
+        self._gv: list[torch.Tensor | None] = [None] * len(self.groups)
+        self.length = 0
+        self.pending_logits: list[torch.Tensor | None] = [None] * self.n  # (Vd,)
+        self.pending_hidden: list[torch.Tensor | None] = [None] * self.n  # (H,)
+
+    @torch.no_grad()
+    def extend(self, features: torch.Tensor, next_tokens: torch.LongTensor):
+        """Append ``m`` verified pairs ``(f_t, x_{t+1})`` to every head.
+
+        Parameters
+        ----------
+        features : ``(m, F*H)`` target features at positions ``P .. P+m-1``.
+        next_tokens : ``(m,)`` the tokens ``x_{t+1}`` following each feature.
+
+        Returns
+        -------
+        list of ``(m, Vd)`` draft logits per head; row ``r`` predicts the token after
+        ``next_tokens[r]``. The last row (and its hidden) become the head's pending root.
+        """
+        m = int(next_tokens.numel())
+        pos = torch.arange(self.length, self.length + m)
+        emb = self.heads[0].embed(next_tokens.view(-1)).unsqueeze(0)
+        feats = features.to(emb.dtype).unsqueeze(0)
+        out: list[torch.Tensor | None] = [None] * self.n
+        for g, grp in enumerate(self.groups):
+            pk, pv = self._gk[g], self._gv[g]
+            if pk is None:
+                c = grp.heads[0].config
+                shape = (len(grp.members), 1, c.num_key_value_heads, 0, c.head_dim)
+                pk = pv = feats.new_zeros(shape)
+            logits, z, nk, nv = grp(feats, emb, pos, pk, pv)
+            self._gk[g] = torch.cat([pk, nk], 3)
+            self._gv[g] = torch.cat([pv, nv], 3)
+            for r, i in enumerate(grp.members):
+                out[i] = logits[r, 0]
+                self.pending_logits[i] = logits[r, 0, -1]
+                self.pending_hidden[i] = z[r, 0, -1]
+        self.length += m
+        return out
+
+    def cache_of(self, i: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """Head ``i``'s committed cache ``(1, kv, P, d)`` keys and values."""
+        for g, grp in enumerate(self.groups):
+            if i in grp.members:
+                r = grp.members.index(i)
+                if self._gk[g] is None:
+                    c = grp.heads[0].config
+                    z = torch.zeros(1, c.num_key_value_heads, 0, c.head_dim)
+                    return z, z
+                return self._gk[g][r], self._gv[g][r]
+        raise IndexError(i)
+
+    def full_probs(self, i: int, logits: torch.Tensor) -> torch.Tensor:
+        """Head ``i``'s draft logits ``(..., Vd)`` -> probabilities over the target vocab."""
+        h = self.heads[i]
+        return scatter_full(torch.softmax(logits.float(), -1), h.d2t, self.vocab_size)
+
+    def children(self, i: int, logits: torch.Tensor, top_k: int) -> torch.LongTensor:
+        """Head ``i``'s ``top_k`` children (target ids) for each row of ``logits (m, Vd)``."""
+        k = min(top_k, logits.shape[-1])
+        return self.heads[i].d2t[torch.topk(logits, k, dim=-1).indices]
