@@ -1,0 +1,372 @@
+"""Training-free drafters: a corpus n-gram (REST-style retrieval) model and prompt lookup.
+
+Both implement the :class:`~spec_adapters.drafters.Drafter` protocol with *proper* next-token
+distributions over the full target vocabulary, so the same acceptance and gamma code serves
+them and model drafters alike. Their "logits" are log-probabilities.
+
+Smoothing (both drafters): interpolated Witten-Bell backoff (Witten & Bell 1991; Chen &
+Goodman 1998, eq. 16). With ``c(h, x)`` the count of ``x`` after context ``h`` (the last ``n``
+tokens), ``C(h) = sum_x c(h, x)`` and ``T(h)`` the number of distinct ``x`` seen after ``h``:
+
+    P_n(x | h_n) = (c(h_n, x) + T(h_n) P_{n-1}(x | h_{n-1})) / (C(h_n) + T(h_n)),
+
+and ``P_n = P_{n-1}`` for an unseen context. The recursion bottoms out in a base distribution
+with full support (add-``alpha`` unigram for :class:`NGramDrafter`, uniform for
+:class:`PromptLookupDrafter`), so every token has nonzero mass and sampling at temperature > 0
+can propose anything. The longest matched context dominates, which is REST's "retrieve the
+continuations of the longest suffix match" (He et al. 2024) in distributional form.
+
+:class:`NGramDrafter` stores, per order ``n``, the sorted hashed contexts with the (token, count)
+lists that follow them (CSR layout, numpy arrays), built by one sort per order: ~1 M tokens take
+about a second. A lookup is a binary search per order plus ``O(order * V)`` vector work.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections import defaultdict
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import numpy as np
+import torch
+
+if TYPE_CHECKING:
+    from spec_adapters.sampling import SamplingConfig
+
+__all__ = ["NGramDrafter", "PromptLookupDrafter", "context_keys"]
+
+_MASK64 = (1 << 64) - 1
+
+
+def context_keys(tokens: np.ndarray, n: int, base: int) -> np.ndarray:
+    """Hash every length-``n`` window ``tokens[i : i + n]`` to a uint64 key.
+
+    ``key = sum_j tokens[i + j] * base ** (n - 1 - j)  (mod 2**64)``: exact (collision free)
+    while ``base ** n < 2**64`` (e.g. ``n <= 4`` for a 50k vocabulary), a multiplicative hash
+    beyond. Returns ``len(tokens) - n + 1`` keys.
+    """
+    t = np.asarray(tokens, dtype=np.uint64)
+    m = len(t) - n + 1
+    key = np.zeros(max(m, 0), dtype=np.uint64)
+    b = np.uint64(base)
+    with np.errstate(over="ignore"):
+        for j in range(n):
+            key = key * b + t[j:j + m]
+    return key
+
+
+def _key_of(context: Sequence[int], base: int) -> int:
+    """The :func:`context_keys` hash of one context (same wrap-around arithmetic)."""
+    k = 0
+    for t in context:
+        k = (k * base + int(t)) & _MASK64
+    return k
+
+
+def _backoff(base: torch.Tensor, matches: Iterable[tuple[torch.Tensor, torch.Tensor]]
+             ) -> torch.Tensor:
+    """Interpolated Witten-Bell recursion, lowest order first (see the module docstring).
+
+    ``matches`` yields, for n = 1, 2, ... while the context is found, the tokens following the
+    order-``n`` context and their counts. Returns log-probabilities (V,).
+    """
+    p = base
+    for toks, counts in matches:
+        total, types = float(counts.sum()), float(len(counts))
+        p = p * (types / (total + types))
+        p.index_add_(0, toks, counts.to(p.dtype) / (total + types))
+    return p.log()
+
+
+def _check_ids(ids: torch.Tensor, vocab_size: int, what: str) -> list[int]:
+    ids = torch.as_tensor(ids).view(-1)
+    if ids.numel() and (int(ids.min()) < 0 or int(ids.max()) >= vocab_size):
+        raise ValueError(f"{what} has token ids outside [0, {vocab_size})")
+    return [int(t) for t in ids.tolist()]
+
+
+class _ContextDrafter:
+    """Shared propose/extend on top of ``_logits(context) -> (V,)`` log-probabilities."""
+
+    name: str
+    vocab_size: int
+
+    def __init__(self) -> None:
+        self._context: list[int] | None = None
+
+    def _logits(self, context: list[int]) -> torch.Tensor:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def _observe(self, token: int) -> None:
+        """Hook: a verified token was appended to the context."""
+
+    def _require_started(self, verb: str) -> list[int]:
+        if self._context is None:
+            raise RuntimeError(f"{type(self).__name__}.{verb} called before start()")
+        return self._context
+
+    def start(self, prompt_ids: torch.LongTensor) -> None:
+        """Reset to a new query whose verified context is the 1-D ``prompt_ids``."""
+        if not isinstance(prompt_ids, torch.Tensor) or prompt_ids.dim() != 1 \
+                or prompt_ids.numel() == 0:
+            raise ValueError("prompt_ids must be a non-empty 1-D tensor")
+        self._context = []
+        for t in _check_ids(prompt_ids, self.vocab_size, "prompt_ids"):
+            self._context.append(t)
+            self._observe(t)
+
+    def propose(self, k: int, sampling: SamplingConfig, generator: torch.Generator | None = None
+                ) -> tuple[torch.LongTensor, torch.Tensor]:
+        """Draft ``k`` tokens, each sampled from ``sampling.probs`` of the smoothed n-gram
+        log-probabilities given the context plus the drafts so far; nothing is committed.
+
+        Returns tokens (k,) int64 and their warped distributions q (k, V) float32.
+        """
+        context = self._require_started("propose")
+        if k < 1:
+            raise ValueError(f"k must be >= 1, got {k}")
+        drafted: list[int] = []
+        tokens, qs = [], []
+        for _ in range(k):
+            q = sampling.probs(self._logits(context + drafted))
+            tok = torch.multinomial(q, 1, generator=generator)
+            drafted.append(int(tok))
+            tokens.append(tok)
+            qs.append(q)
+        return torch.cat(tokens).long(), torch.stack(qs)
+
+    def extend(self, tokens: torch.LongTensor) -> torch.Tensor:
+        """Append verified tokens; return log-probabilities (m, V), row ``j`` given the context
+        plus ``tokens[:j]``."""
+        context = self._require_started("extend")
+        rows = []
+        for t in _check_ids(tokens, self.vocab_size, "tokens"):
+            rows.append(self._logits(context))
+            context.append(t)
+            self._observe(t)
+        if not rows:
+            return torch.empty(0, self.vocab_size)
+        return torch.stack(rows)
+
+
+class NGramDrafter(_ContextDrafter):
+    """A corpus n-gram drafter (REST-style retrieval with Witten-Bell smoothing).
+
+    Build with :meth:`from_corpus` (token ids) or :meth:`from_texts` (a tokenizer); persist with
+    :meth:`save` / :meth:`load` (one ``.npz``).
+
+    Parameters
+    ----------
+    vocab_size : int
+        The target's vocabulary size ``V`` (number of logits).
+    tables : list of (keys, offsets, next_tokens, counts)
+        Per order ``n = 1..order``: sorted unique context keys (uint64, ``(U,)``), CSR offsets
+        ``(U + 1,)`` into the int64 ``next_tokens`` and ``counts`` arrays.
+    unigram : np.ndarray
+        Counts ``(V,)`` of every token in the corpus.
+    alpha : float
+        Add-``alpha`` smoothing of the unigram base (every token gets mass).
+    name : str
+    """
+
+    def __init__(self, vocab_size: int, tables, unigram: np.ndarray, alpha: float = 0.1,
+                 name: str = "ngram") -> None:
+        super().__init__()
+        if vocab_size < 1 or alpha <= 0:
+            raise ValueError("vocab_size must be >= 1 and alpha > 0")
+        unigram = np.asarray(unigram, dtype=np.float64)
+        if unigram.shape != (vocab_size,):
+            raise ValueError(f"unigram must have shape ({vocab_size},), got {unigram.shape}")
+        self.vocab_size = int(vocab_size)
+        self.name = name
+        self.alpha = float(alpha)
+        self.order = len(tables)
+        self.base = self.vocab_size + 1  # one more than any id: the document separator
+        self.tables = [(np.asarray(k, np.uint64), np.asarray(o, np.int64),
+                        torch.as_tensor(np.asarray(t, np.int64)),
+                        torch.as_tensor(np.asarray(c, np.float32))) for k, o, t, c in tables]
+        u = unigram + self.alpha
+        self._unigram = torch.as_tensor(u / u.sum(), dtype=torch.float32)
+        self.n_tokens = int(unigram.sum())
+
+    def __repr__(self) -> str:
+        return (f"NGramDrafter({self.name!r}, vocab_size={self.vocab_size}, order={self.order}, "
+                f"tokens={self.n_tokens})")
+
+    # ---------------------------------------------------------------- building
+    @classmethod
+    def from_corpus(cls, documents: Sequence[Sequence[int]] | np.ndarray, vocab_size: int, *,
+                    order: int = 4, alpha: float = 0.1, name: str = "ngram") -> NGramDrafter:
+        """Count every n-gram (n = 1..order contexts) of a tokenised corpus.
+
+        Parameters
+        ----------
+        documents : sequence of token-id sequences, or one 1-D array
+            N-grams never cross a document boundary.
+        vocab_size : int
+        order : int
+            Longest context length used (>= 1).
+        alpha, name
+            See the class.
+
+        Complexity: one ``O(L log L)`` sort per order for ``L`` corpus tokens.
+        """
+        if order < 1:
+            raise ValueError(f"order must be >= 1, got {order}")
+        if isinstance(documents, np.ndarray) and documents.ndim == 1:
+            documents = [documents]
+        sep = vocab_size
+        parts = []
+        for doc in documents:
+            d = np.asarray(doc, dtype=np.int64).reshape(-1)
+            if d.size and (d.min() < 0 or d.max() >= vocab_size):
+                raise ValueError(f"corpus has token ids outside [0, {vocab_size})")
+            parts += [d, np.array([sep], np.int64)]
+        flat = np.concatenate(parts) if parts else np.array([sep], np.int64)
+        unigram = np.bincount(flat[flat != sep], minlength=vocab_size)
+        is_sep = (flat == sep).astype(np.int64)
+        seps_before = np.concatenate([[0], np.cumsum(is_sep)])  # seps in flat[:i]
+        tables = []
+        for n in range(1, order + 1):
+            keys = context_keys(flat, n, vocab_size + 1)[:-1]  # windows followed by a token
+            nxt = flat[n:]
+            starts = np.arange(len(nxt))
+            ok = (seps_before[starts + n + 1] - seps_before[starts]) == 0  # no sep in window
+            keys, nxt = keys[ok], nxt[ok]
+            order_idx = np.lexsort((nxt, keys))
+            keys, nxt = keys[order_idx], nxt[order_idx]
+            new_pair = np.ones(len(keys), bool)
+            new_pair[1:] = (keys[1:] != keys[:-1]) | (nxt[1:] != nxt[:-1])
+            pair_at = np.flatnonzero(new_pair)
+            counts = np.diff(np.append(pair_at, len(keys)))
+            pkeys, ptoks = keys[pair_at], nxt[pair_at]
+            new_ctx = np.ones(len(pkeys), bool)
+            new_ctx[1:] = pkeys[1:] != pkeys[:-1]
+            ctx_at = np.flatnonzero(new_ctx)
+            offsets = np.append(ctx_at, len(pkeys))
+            tables.append((pkeys[ctx_at], offsets, ptoks, counts))
+        return cls(vocab_size, tables, unigram, alpha=alpha, name=name)
+
+    @classmethod
+    def from_texts(cls, texts: Iterable[str], tokenizer, *, vocab_size: int | None = None,
+                   **kwargs) -> NGramDrafter:
+        """Tokenise ``texts`` (one document each, no special tokens) and call
+        :meth:`from_corpus`. ``vocab_size`` defaults to ``len(tokenizer)``; pass the target's
+        number of logits when it differs."""
+        texts = list(texts)
+        ids = tokenizer(texts, add_special_tokens=False)["input_ids"] if texts else []
+        return cls.from_corpus(ids, vocab_size or len(tokenizer), **kwargs)
+
+    # ---------------------------------------------------------------- persistence
+    def save(self, path: str | os.PathLike) -> Path:
+        """Write one ``.npz`` (atomically: a temporary file renamed into place)."""
+        path = Path(path)
+        arrays = {"unigram": self._unigram.numpy(), "meta": np.array(json.dumps({
+            "vocab_size": self.vocab_size, "order": self.order, "alpha": self.alpha,
+            "name": self.name, "n_tokens": self.n_tokens, "format": 1}))}
+        for n, (k, o, t, c) in enumerate(self.tables, start=1):
+            arrays |= {f"keys{n}": k, f"offsets{n}": o, f"tokens{n}": t.numpy(),
+                       f"counts{n}": c.numpy()}
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(path.name + ".tmp.npz")
+        np.savez(tmp, **arrays)
+        tmp.replace(path)
+        return path
+
+    @classmethod
+    def load(cls, path: str | os.PathLike) -> NGramDrafter:
+        """Read a file written by :meth:`save`; ``ValueError`` when it is not one."""
+        try:
+            with np.load(path, allow_pickle=False) as z:
+                meta = json.loads(str(z["meta"]))
+                tables = [(z[f"keys{n}"], z[f"offsets{n}"], z[f"tokens{n}"], z[f"counts{n}"])
+                          for n in range(1, meta["order"] + 1)]
+                unigram_p = z["unigram"].astype(np.float64)
+        except (OSError, KeyError, ValueError) as err:
+            raise ValueError(f"{path} is not a saved NGramDrafter: {err}") from err
+        obj = cls(meta["vocab_size"], tables, np.ones(meta["vocab_size"]), alpha=meta["alpha"],
+                  name=meta["name"])
+        obj._unigram = torch.as_tensor(unigram_p, dtype=torch.float32)
+        obj.n_tokens = int(meta["n_tokens"])
+        return obj
+
+    # ---------------------------------------------------------------- the model
+    def _matches(self, context: list[int]):
+        for n in range(1, min(self.order, len(context)) + 1):
+            keys, offsets, toks, counts = self.tables[n - 1]
+            key = np.uint64(_key_of(context[-n:], self.base))
+            i = int(np.searchsorted(keys, key))
+            if i == len(keys) or keys[i] != key:
+                return  # a longer context cannot match either (its suffix did not)
+            a, b = int(offsets[i]), int(offsets[i + 1])
+            yield toks[a:b], counts[a:b]
+
+    def _logits(self, context: list[int]) -> torch.Tensor:
+        return _backoff(self._unigram.clone(), self._matches(context))
+
+    def log_probs(self, context: Sequence[int]) -> torch.Tensor:
+        """Smoothed next-token log-probabilities (V,) after ``context``."""
+        return self._logits([int(t) for t in context])
+
+
+class PromptLookupDrafter(_ContextDrafter):
+    """Prompt lookup decoding (Saxena 2023) as a distribution: an n-gram model of the current
+    context itself.
+
+    The trailing ``n``-gram (``n = 1..max_ngram``) of the verified context plus drafts is
+    looked up among its earlier occurrences in the same context; the tokens that followed them
+    are counted, and the counts are smoothed by the Witten-Bell recursion over a uniform base.
+    Greedy drafting therefore copies the most frequent continuation of the longest repeated
+    suffix, as prompt lookup does; with no match the distribution is uniform.
+
+    Parameters
+    ----------
+    vocab_size : int
+    max_ngram : int, default 3
+    name : str, default "prompt-lookup"
+    """
+
+    def __init__(self, vocab_size: int, max_ngram: int = 3, name: str = "prompt-lookup") -> None:
+        super().__init__()
+        if vocab_size < 1 or max_ngram < 1:
+            raise ValueError("vocab_size and max_ngram must be >= 1")
+        self.vocab_size = int(vocab_size)
+        self.max_ngram = int(max_ngram)
+        self.name = name
+        self._counts: list[dict] = []
+
+    def __repr__(self) -> str:
+        return f"PromptLookupDrafter(vocab_size={self.vocab_size}, max_ngram={self.max_ngram})"
+
+    def start(self, prompt_ids: torch.LongTensor) -> None:
+        self._counts = [defaultdict(lambda: defaultdict(int)) for _ in range(self.max_ngram)]
+        super().start(prompt_ids)
+
+    def _observe(self, token: int) -> None:
+        # record `token` as the continuation of each of the n-grams that end just before it
+        ctx = self._context
+        L = len(ctx) - 1  # ctx[-1] is `token`
+        for n in range(1, min(self.max_ngram, L) + 1):
+            self._counts[n - 1][tuple(ctx[L - n:L])][token] += 1
+
+    def _matches(self, context: list[int]):
+        committed = self._context
+        extra = context[len(committed):]  # drafts: their n-grams are looked up, not counted
+        for n in range(1, min(self.max_ngram, len(context)) + 1):
+            found = dict(self._counts[n - 1].get(tuple(context[-n:]), {}))
+            # occurrences ending inside the drafts also count (so a draft can continue a copy)
+            full = committed + extra
+            for end in range(max(len(committed), n), len(full)):
+                if tuple(full[end - n:end]) == tuple(context[-n:]):
+                    found[full[end]] = found.get(full[end], 0) + 1
+            if not found:
+                return
+            yield (torch.tensor(list(found.keys()), dtype=torch.long),
+                   torch.tensor(list(found.values()), dtype=torch.float32))
+
+    def _logits(self, context: list[int]) -> torch.Tensor:
+        base = torch.full((self.vocab_size,), 1.0 / self.vocab_size)
+        return _backoff(base, self._matches(context))

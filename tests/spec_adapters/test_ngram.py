@@ -1,0 +1,203 @@
+"""NGramDrafter and PromptLookupDrafter against a naive Witten-Bell reference."""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+
+import numpy as np
+import pytest
+import torch
+
+from spec_adapters.drafters import Drafter
+from spec_adapters.ngram import NGramDrafter, PromptLookupDrafter, context_keys
+from spec_adapters.sampling import SamplingConfig
+
+torch.set_num_threads(1)
+GREEDY = SamplingConfig(temperature=0.0)
+WARM = SamplingConfig(temperature=0.8)
+
+
+def naive_witten_bell(docs, context, V, order, base):
+    """Reference: explicit n-gram counts per document, the recursion written out."""
+    p = list(base)
+    for n in range(1, min(order, len(context)) + 1):
+        h = tuple(context[-n:])
+        follow = Counter()
+        for d in docs:
+            for i in range(len(d) - n):
+                if tuple(d[i:i + n]) == h:
+                    follow[d[i + n]] += 1
+        if not follow:
+            break
+        C, T = sum(follow.values()), len(follow)
+        p = [(follow[x] + T * p[x]) / (C + T) for x in range(V)]
+    return p
+
+
+def unigram_base(docs, V, alpha):
+    c = Counter(t for d in docs for t in d)
+    tot = sum(c.values()) + alpha * V
+    return [(c[x] + alpha) / tot for x in range(V)]
+
+
+@pytest.fixture
+def corpus():
+    rng = np.random.default_rng(0)
+    docs = [rng.integers(0, 11, size=int(rng.integers(5, 60))).tolist() for _ in range(8)]
+    docs.append([12, 13, 14, 15, 11] * 3)  # a repeated phrase of ids the random docs never use
+    return docs
+
+
+def test_ngram_matches_naive_witten_bell(corpus):
+    V, order, alpha = 16, 3, 0.5
+    d = NGramDrafter.from_corpus(corpus, V, order=order, alpha=alpha)
+    base = unigram_base(corpus, V, alpha)
+    rng = np.random.default_rng(1)
+    contexts = [c[: int(rng.integers(1, len(c)))] for c in corpus] + [[15, 15], [3, 4], [7]]
+    for ctx in contexts:
+        got = d.log_probs(ctx).exp().double().numpy()
+        want = naive_witten_bell(corpus, ctx, V, order, base)
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-7)
+
+
+def test_ngram_distribution_is_proper_with_full_support(corpus):
+    d = NGramDrafter.from_corpus(corpus, 16, order=4)
+    for ctx in ([3, 4, 5], [0], [11, 2, 9, 9]):
+        p = d.log_probs(ctx).exp()
+        assert math.isclose(float(p.sum()), 1.0, rel_tol=1e-5)
+        assert bool((p > 0).all())
+
+
+def test_ngrams_never_cross_documents():
+    V = 8
+    d = NGramDrafter.from_corpus([[1, 2], [3, 4]], V, order=2)
+    # "2 -> 3" only exists across the boundary: context [2] must be unseen (back off to unigram)
+    torch.testing.assert_close(d.log_probs([2]), d.log_probs([5]))
+    assert int(d.log_probs([1]).argmax()) == 2
+
+
+def test_context_keys_are_collision_free_when_exact():
+    rng = np.random.default_rng(2)
+    t = rng.integers(0, 50, size=2000)
+    keys = context_keys(t, 3, 51)
+    windows = {tuple(t[i:i + 3]) for i in range(len(t) - 2)}
+    assert len(set(keys.tolist())) == len(windows)
+
+
+def test_extend_rows_equal_prefix_log_probs(corpus):
+    d = NGramDrafter.from_corpus(corpus, 16, order=3)
+    prompt = torch.tensor([3, 4])
+    chunk = torch.tensor([5, 6, 7, 3])
+    d.start(prompt)
+    rows = d.extend(chunk)
+    assert rows.shape == (4, 16)
+    ctx = prompt.tolist()
+    for j, t in enumerate(chunk.tolist()):
+        torch.testing.assert_close(rows[j], d.log_probs(ctx))
+        ctx.append(t)
+
+
+def test_greedy_propose_follows_the_corpus_and_commits_nothing(corpus):
+    d = NGramDrafter.from_corpus(corpus, 16, order=4)
+    d.start(torch.tensor([12, 13]))
+    tokens, q = d.propose(5, GREEDY, None)
+    assert tokens.tolist() == [14, 15, 11, 12, 13]
+    assert q.shape == (5, 16)
+    assert torch.equal(q.argmax(-1), tokens)
+    again, _ = d.propose(5, GREEDY, None)
+    assert torch.equal(tokens, again)  # propose did not move the context
+    rows = d.extend(torch.tensor([14]))
+    torch.testing.assert_close(rows[0], d.log_probs([12, 13]))
+
+
+def test_sampled_propose_uses_the_warped_q_and_is_seeded(corpus):
+    d = NGramDrafter.from_corpus(corpus, 16, order=3)
+    d.start(torch.tensor([3, 4]))
+    a, qa = d.propose(6, WARM, torch.Generator().manual_seed(5))
+    b, qb = d.propose(6, WARM, torch.Generator().manual_seed(5))
+    assert torch.equal(a, b) and torch.equal(qa, qb)
+    ctx = [3, 4]
+    for j, t in enumerate(a.tolist()):
+        torch.testing.assert_close(qa[j], WARM.probs(d.log_probs(ctx)))
+        ctx.append(t)
+
+
+def test_save_load_roundtrip(tmp_path, corpus):
+    d = NGramDrafter.from_corpus(corpus, 16, order=3, alpha=0.3, name="toy")
+    path = d.save(tmp_path / "toy.npz")
+    e = NGramDrafter.load(path)
+    assert (e.name, e.order, e.vocab_size, e.n_tokens) == ("toy", 3, 16, d.n_tokens)
+    for ctx in ([3, 4], [1], [9, 9, 9]):
+        torch.testing.assert_close(e.log_probs(ctx), d.log_probs(ctx))
+    (tmp_path / "bad.npz").write_bytes(b"not an npz")
+    with pytest.raises(ValueError, match="not a saved NGramDrafter"):
+        NGramDrafter.load(tmp_path / "bad.npz")
+
+
+def test_build_from_texts_with_a_tokenizer():
+    class CharTok:  # a stand-in with the transformers call signature
+        def __len__(self):
+            return 128
+
+        def __call__(self, texts, add_special_tokens=False):
+            return {"input_ids": [[ord(c) for c in t] for t in texts]}
+
+    d = NGramDrafter.from_texts(["SELECT * FROM t;", "SELECT a FROM b;"], CharTok(), order=4)
+    d.start(torch.tensor([ord(c) for c in "SELE"]))
+    tokens, _ = d.propose(3, GREEDY, None)
+    assert "".join(map(chr, tokens.tolist())) == "CT "
+
+
+def test_bad_input_raises(corpus):
+    d = NGramDrafter.from_corpus(corpus, 16)
+    with pytest.raises(RuntimeError, match="before start"):
+        d.propose(2, GREEDY, None)
+    with pytest.raises(ValueError, match="outside"):
+        d.start(torch.tensor([3, 99]))
+    d.start(torch.tensor([3]))
+    with pytest.raises(ValueError, match="k must be"):
+        d.propose(0, GREEDY, None)
+    with pytest.raises(ValueError, match="outside"):
+        NGramDrafter.from_corpus([[1, 2, 16]], 16)
+    with pytest.raises(ValueError, match="order"):
+        NGramDrafter.from_corpus([[1, 2]], 16, order=0)
+
+
+def naive_prompt_lookup(context, V, max_ngram):
+    """Reference: count continuations of each trailing n-gram's earlier occurrences."""
+    docs = [context]
+    return naive_witten_bell(docs, context, V, max_ngram, [1.0 / V] * V)
+
+
+def test_prompt_lookup_matches_naive_reference():
+    V = 10
+    rng = np.random.default_rng(3)
+    for _ in range(5):
+        ctx = rng.integers(0, 4, size=30).tolist()
+        d = PromptLookupDrafter(V, max_ngram=3)
+        d.start(torch.tensor(ctx[:10]))
+        rows = d.extend(torch.tensor(ctx[10:]))
+        for j in range(len(ctx) - 10):
+            want = naive_prompt_lookup(ctx[: 10 + j], V, 3)
+            np.testing.assert_allclose(rows[j].exp().double().numpy(), want, rtol=1e-5)
+
+
+def test_prompt_lookup_copies_from_the_prompt_and_from_its_own_drafts():
+    V = 50
+    prompt = [10, 11, 12, 13, 14, 15, 20, 21, 10, 11]
+    d = PromptLookupDrafter(V, max_ngram=2)
+    d.start(torch.tensor(prompt))
+    tokens, q = d.propose(6, GREEDY, None)
+    # copies 12..15 from the prompt, then 20, 21 (which followed 15 once)
+    assert tokens.tolist() == [12, 13, 14, 15, 20, 21]
+    assert torch.allclose(q.sum(-1), torch.ones(6))
+    # no match at all: uniform
+    d.start(torch.tensor([1, 2, 3]))
+    p = d.extend(torch.tensor([4]))[0].exp()
+    torch.testing.assert_close(p, torch.full((V,), 1.0 / V))
+
+
+def test_both_drafters_satisfy_the_protocol(corpus):
+    assert isinstance(NGramDrafter.from_corpus(corpus, 16), Drafter)
+    assert isinstance(PromptLookupDrafter(16), Drafter)
