@@ -3,8 +3,9 @@
 See docs/eagle.md.
 """
 
+from .decoder import HedgeSpecDecoder
 from .head import EagleHead, EagleHeadConfig
 from .pool import HeadPool
 from .tree import TreeConfig
 
-__all__ = ["EagleHead", "EagleHeadConfig", "HeadPool", "TreeConfig"]
+__all__ = ["EagleHead", "EagleHeadConfig", "HeadPool", "HedgeSpecDecoder", "TreeConfig"]

@@ -1,0 +1,301 @@
+"""Train an EAGLE head for a target on a token corpus (distillation + feature regression).
+
+Per step a batch of ``batch_size`` windows of ``seq_len`` tokens is drawn from the corpus; the
+frozen target computes, on the fly, its features ``f_t`` (the head's feature layers), its last
+hidden state and its next-token distribution. The head reads the pairs ``(f_t, e(x_{t+1}))``
+(teacher forcing, causal attention) and is trained with (EAGLE-1's objective)
+
+.. math:: L = w_f \\,\\mathrm{SmoothL1}(z_t, h^{L}_{t+1})
+          + w_c \\,\\mathrm{CE}(p^{T}_{t+1}|_{V_d},\\; q_t),
+
+the regression of its output hidden onto the target's last hidden state at ``t+1`` (which is
+what the head feeds itself when drafting deeper) and the cross-entropy of its draft-vocabulary
+distribution against the target's distribution restricted to the draft vocabulary
+(distillation). AdamW, gradient clipping, a tqdm progress bar, a held-out report every
+``eval_every`` steps (top-1 agreement with the target's argmax = greedy gamma of a chain, and
+the target mass of the head's top-``k`` = Theorem 2's gamma at a tree root).
+
+Resumable: every ``checkpoint_every`` steps and at the end ``out_dir`` receives the head
+(``save_pretrained``) and ``trainer_state.pt`` (optimizer, step, data-sampler RNG, history);
+calling :func:`train_head` again with the same ``out_dir`` continues from there, and the result
+is bit-identical to an uninterrupted run (same seed). Deterministic for a given seed.
+
+Cost: one target forward (no grad) plus one head forward/backward per step; the target
+dominates. See docs/eagle.md for measured step times and the estimate for SmolLM2-135M.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import torch
+import torch.nn.functional as fn
+
+from .head import EagleHead, EagleHeadConfig, build_draft_vocab
+
+__all__ = ["TrainConfig", "add_train_head_arguments", "evaluate_head", "main", "train_head"]
+
+STATE_NAME = "trainer_state.pt"
+
+
+@dataclass
+class TrainConfig:
+    """Hyper-parameters of :func:`train_head` (defaults sized for a 135M target on CPU)."""
+
+    steps: int = 400
+    batch_size: int = 4
+    seq_len: int = 128
+    lr: float = 1e-3
+    weight_decay: float = 0.0
+    warmup: int = 20
+    feature_weight: float = 1.0
+    ce_weight: float = 0.1
+    grad_clip: float = 1.0
+    draft_vocab_size: int = 8192
+    eval_every: int = 100
+    eval_tokens: int = 2048
+    eval_top_k: int = 8
+    checkpoint_every: int = 100
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        for name in ("steps", "batch_size", "seq_len", "draft_vocab_size", "eval_top_k"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"TrainConfig.{name} must be >= 1")
+        if self.seq_len < 2:
+            raise ValueError("TrainConfig.seq_len must be >= 2")
+
+    @property
+    def tokens_per_step(self) -> int:
+        return self.batch_size * self.seq_len
+
+
+def _as_corpus(tokens) -> torch.LongTensor:
+    t = torch.as_tensor(tokens).reshape(-1).long()
+    return t
+
+
+@torch.no_grad()
+def _target_pass(target, ids: torch.LongTensor, feature_layers, d2t):
+    """Features ``(B,S,F*H)``, last hidden ``(B,S,H)``, target probs on the draft vocab."""
+    out = target(input_ids=ids, output_hidden_states=True, use_cache=False)
+    hs = out.hidden_states
+    feats = torch.cat([hs[i] for i in feature_layers], -1).float()
+    probs = torch.softmax(out.logits.float(), -1)
+    return feats, hs[-1].float(), probs[..., d2t], probs
+
+
+def _head_pass(head: EagleHead, feats, ids):
+    """Teacher-forced head over pairs ``(f_t, x_{t+1})``, ``t = 0 .. S-2``."""
+    S = ids.shape[1]
+    emb = head.embed(ids[:, 1:])
+    logits, z, _, _ = head(feats[:, :-1], emb, torch.arange(S - 1), fuse=True)
+    return logits, z
+
+
+def head_loss(head: EagleHead, target, ids: torch.LongTensor, cfg: TrainConfig):
+    """The training loss of one batch and its two parts (floats)."""
+    feats, last, p_draft, _ = _target_pass(target, ids, head.config.feature_layers, head.d2t)
+    logits, z = _head_pass(head, feats, ids)
+    reg = fn.smooth_l1_loss(z, last[:, 1:])
+    ce = -(p_draft[:, 1:] * torch.log_softmax(logits, -1)).sum(-1).mean()
+    loss = cfg.feature_weight * reg + cfg.ce_weight * ce
+    return loss, float(reg.detach()), float(ce.detach())
+
+
+@torch.no_grad()
+def evaluate_head(head: EagleHead, target, tokens, seq_len: int = 128, max_tokens: int = 2048,
+                  top_k: int = 8) -> dict:
+    """Held-out acceptance of a head against its target.
+
+    Returns ``{"top1": P(argmax head == argmax target), "gamma_topk": mean target mass of the
+    head's top-k (Theorem 2 at a tree root, temperature 1), "tokens": n}``.
+    """
+    tokens = _as_corpus(tokens)[:max_tokens]
+    n_win = max(1, tokens.numel() // seq_len)
+    hits = mass = count = 0.0
+    for w in range(n_win):
+        ids = tokens[w * seq_len:(w + 1) * seq_len].view(1, -1)
+        if ids.shape[1] < 3:
+            break
+        feats, _, _, probs = _target_pass(target, ids, head.config.feature_layers, head.d2t)
+        logits, _ = _head_pass(head, feats, ids)
+        p = probs[0, 1:]  # target distribution of the token each head row predicts
+        kids = head.d2t[torch.topk(logits[0], min(top_k, logits.shape[-1]), -1).indices]
+        hits += float((kids[:, 0] == p.argmax(-1)).sum())
+        mass += float(p.gather(-1, kids).sum())
+        count += p.shape[0]
+    return {"top1": hits / max(count, 1), "gamma_topk": mass / max(count, 1),
+            "tokens": int(count)}
+
+
+def _lr_at(step: int, cfg: TrainConfig) -> float:
+    if step < cfg.warmup:
+        return cfg.lr * (step + 1) / cfg.warmup
+    frac = (step - cfg.warmup) / max(1, cfg.steps - cfg.warmup)
+    return cfg.lr * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * min(frac, 1.0))))
+
+
+def train_head(target, corpus, out_dir=None, config: TrainConfig | None = None, head=None,
+               heldout=None, feature_layers=None, progress: bool = True, log=print,
+               stop_after: int | None = None) -> tuple[EagleHead, list[dict]]:
+    """Train (or resume training) an EAGLE head for ``target``.
+
+    Parameters
+    ----------
+    target : transformers causal LM (frozen, eval mode).
+    corpus : 1-D token ids (tensor or sequence), at least ``seq_len`` tokens.
+    out_dir : path, optional
+        Checkpoint directory; if it holds a checkpoint, training resumes from it.
+    config : TrainConfig
+    head : EagleHead, optional
+        Start from this head (default: a new one, draft vocabulary = the corpus's most frequent
+        ``draft_vocab_size`` tokens, output layer initialised from the target's).
+    heldout : 1-D token ids, optional
+        Held-out text for the periodic acceptance report.
+    feature_layers : optional, default EAGLE-3's low/middle/high layers.
+    stop_after : int, optional
+        Stop (after checkpointing) once this step is reached: simulates an interruption.
+
+    Returns
+    -------
+    head, history
+        ``history``: one dict per logged step (``step``, ``loss``, ``reg``, ``ce``, ``lr``,
+        ``seconds``, and on eval steps ``top1`` / ``gamma_topk``).
+    """
+    cfg = config or TrainConfig()
+    target.eval()
+    for prm in target.parameters():
+        prm.requires_grad_(False)
+    corpus = _as_corpus(corpus)
+    if corpus.numel() < cfg.seq_len:
+        raise ValueError(f"corpus has {corpus.numel()} tokens, fewer than seq_len={cfg.seq_len}")
+    out = Path(out_dir) if out_dir is not None else None
+    resume = out is not None and (out / STATE_NAME).is_file()
+    torch.manual_seed(cfg.seed)
+    if resume:
+        head = EagleHead.from_pretrained(out, target=target)
+    elif head is None:
+        V = int(target.get_input_embeddings().weight.shape[0])
+        eos = getattr(target.config, "eos_token_id", None)
+        always = tuple(e for e in ([eos] if isinstance(eos, int) else (eos or ())) if e < V)
+        d2t = build_draft_vocab(corpus, V, min(cfg.draft_vocab_size, V), always=always)
+        hcfg = EagleHeadConfig.for_target(target, len(d2t), feature_layers=feature_layers)
+        head = EagleHead(hcfg, d2t=d2t).init_from_target(target)
+    else:
+        head.bind(target)
+    head.train()
+    opt = torch.optim.AdamW(head.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
+    gen = torch.Generator().manual_seed(cfg.seed)
+    step, history = 0, []
+    if resume:
+        state = torch.load(out / STATE_NAME, weights_only=False)
+        opt.load_state_dict(state["optimizer"])
+        gen.set_state(state["rng"])
+        step, history = state["step"], state["history"]
+    end = cfg.steps if stop_after is None else min(cfg.steps, stop_after)
+    bar = None
+    if progress:
+        from tqdm.auto import tqdm
+        bar = tqdm(total=cfg.steps, initial=step, desc="train-head", unit="step")
+    n_windows = corpus.numel() - cfg.seq_len + 1
+    while step < end:
+        t0 = time.perf_counter()
+        starts = torch.randint(0, n_windows, (cfg.batch_size,), generator=gen)
+        ids = torch.stack([corpus[s:s + cfg.seq_len] for s in starts.tolist()])
+        lr = _lr_at(step, cfg)
+        for g in opt.param_groups:
+            g["lr"] = lr
+        loss, reg, ce = head_loss(head, target, ids, cfg)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(head.parameters(), cfg.grad_clip)
+        opt.step()
+        step += 1
+        rec = {"step": step, "loss": float(loss), "reg": reg, "ce": ce, "lr": lr,
+               "seconds": time.perf_counter() - t0}
+        if heldout is not None and (step % cfg.eval_every == 0 or step == cfg.steps):
+            head.eval()
+            rec.update(evaluate_head(head, target, heldout, cfg.seq_len, cfg.eval_tokens,
+                                     cfg.eval_top_k))
+            head.train()
+            if log is not None:
+                log(f"step {step}: loss {rec['loss']:.4f} held-out top1 {rec['top1']:.3f} "
+                    f"gamma@{cfg.eval_top_k} {rec['gamma_topk']:.3f}")
+        history.append(rec)
+        if bar is not None:
+            bar.update(1)
+            bar.set_postfix(loss=f"{rec['loss']:.3f}")
+        if out is not None and (step % cfg.checkpoint_every == 0 or step == end):
+            _checkpoint(head, opt, gen, step, history, cfg, out)
+    if bar is not None:
+        bar.close()
+    head.eval()
+    return head, history
+
+
+def _checkpoint(head, opt, gen, step, history, cfg, out: Path) -> None:
+    out.mkdir(parents=True, exist_ok=True)
+    head.save_pretrained(out)
+    tmp = out / (STATE_NAME + ".tmp")
+    torch.save({"optimizer": opt.state_dict(), "rng": gen.get_state(), "step": step,
+                "history": history, "config": asdict(cfg)}, tmp)
+    tmp.replace(out / STATE_NAME)
+
+
+# ------------------------------------------------------------------------------------------
+# command line: `hedgespec train-head` (the CLI adds these arguments and calls run_cli)
+# ------------------------------------------------------------------------------------------
+def add_train_head_arguments(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    """Arguments of ``hedgespec train-head``."""
+    p.add_argument("--corpus", required=True,
+                   help="token ids: a .pt tensor, a .npy array, or a text file of integers")
+    p.add_argument("--heldout", default=None, help="held-out token ids (same formats)")
+    p.add_argument("--out", required=True, help="checkpoint / output directory (resumable)")
+    p.add_argument("--target", default=None,
+                   help="target: a local transformers model path (default: models.load_target)")
+    for name, f in TrainConfig.__dataclass_fields__.items():
+        p.add_argument("--" + name.replace("_", "-"), type=type(f.default), default=f.default)
+    p.add_argument("--no-progress", action="store_true")
+    return p
+
+
+def _load_tokens(path: str) -> torch.LongTensor:
+    if path.endswith(".pt"):
+        return _as_corpus(torch.load(path))
+    if path.endswith(".npy"):
+        import numpy as np
+        return _as_corpus(torch.from_numpy(np.load(path)))
+    return _as_corpus([int(x) for x in Path(path).read_text().split()])
+
+
+def run_cli(args: argparse.Namespace) -> int:
+    if args.target:
+        from transformers import AutoModelForCausalLM
+        target = AutoModelForCausalLM.from_pretrained(args.target, dtype=torch.float32)
+    else:
+        from spec_adapters.models import load_target
+        target = load_target()
+        target = getattr(target, "model", target)
+    fields = TrainConfig.__dataclass_fields__
+    cfg = TrainConfig(**{k: getattr(args, k) for k in fields})
+    heldout = _load_tokens(args.heldout) if args.heldout else None
+    _, hist = train_head(target, _load_tokens(args.corpus), args.out, cfg, heldout=heldout,
+                         progress=not args.no_progress)
+    print(json.dumps(hist[-1] if hist else {}, indent=2))
+    return 0
+
+
+def main(argv=None) -> int:
+    p = add_train_head_arguments(argparse.ArgumentParser(
+        prog="hedgespec train-head", description="Train an EAGLE head for a target."))
+    return run_cli(p.parse_args(argv))
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
