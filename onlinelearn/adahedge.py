@@ -62,8 +62,14 @@ class AdaHedge(Learner):
 
     @property
     def learning_rate(self) -> float:
-        """``eta_t = ln N / Delta_{t-1}`` for the next round (``inf``: follow the leader)."""
-        return math.inf if self.Delta <= 0.0 else self._log_n / self.Delta
+        """``eta_t = ln N / Delta_{t-1}`` for the next round (``inf``: follow the leader).
+
+        With one expert every rate gives the same (only) distribution; ``inf`` avoids ``0 / 0``
+        when rounding leaves a tiny positive ``Delta``.
+        """
+        if self.Delta <= 0.0 or self.n == 1:
+            return math.inf
+        return self._log_n / self.Delta
 
     def _mix(self, L: np.ndarray, eta: float) -> tuple[np.ndarray, float]:
         """Return ``(p, M_eta(L))``: the Hedge weights at ``L`` and the mix loss."""
