@@ -217,7 +217,7 @@ def train_head(target, corpus, out_dir=None, config: TrainConfig | None = None, 
         torch.nn.utils.clip_grad_norm_(head.parameters(), cfg.grad_clip)
         opt.step()
         step += 1
-        rec = {"step": step, "loss": float(loss), "reg": reg, "ce": ce, "lr": lr,
+        rec = {"step": step, "loss": float(loss.detach()), "reg": reg, "ce": ce, "lr": lr,
                "seconds": time.perf_counter() - t0}
         if heldout is not None and (step % cfg.eval_every == 0 or step == cfg.steps):
             head.eval()
