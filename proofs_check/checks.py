@@ -572,9 +572,9 @@ def check_theorem4(settings: Settings) -> list[CheckResult]:
     regret table of HedgeSpec versus BanditSpec's EXP3Spec / UCBSpec for N = 2..64."""
     from proofs_check.regret import C_THM4, bold_hedge_bound, make_world, simulate
 
-    T = settings.n(500, 3000)
+    T = settings.n(300, 2000)
     grid = [(2, 4), (4, 16)] if settings.quick else [(1, 2), (2, 4), (3, 8), (4, 16), (4, 64)]
-    seeds = range(settings.n(1, 3))
+    seeds = range(settings.n(1, 2))
     rows = []
     for loss in ("tap", "eal"):
         worst_ratio, ok_exact, ok_delay, runs, nh_ratio = 0.0, True, True, 0, 0.0
@@ -627,9 +627,9 @@ def _bandit_table(settings: Settings) -> CheckResult:
     from proofs_check.regret import C_THM4, make_world, simulate
 
     K = 3
-    T = settings.n(300, 2000)
+    T = settings.n(200, 1500)
     Ns = [2, 8, 32] if settings.quick else [2, 4, 8, 16, 32, 64]
-    seeds = range(settings.n(1, 3))
+    seeds = range(settings.n(1, 2))
     table = []
     for N in Ns:
         row = {"N": N, "bound": C_THM4 * math.sqrt(K * math.log(N) / T) * (K + 1)}

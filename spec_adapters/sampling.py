@@ -122,7 +122,8 @@ class SamplingConfig:
         the target's argmax".
     top_p : float, default 1.0
         Nucleus sampling, in ``(0, 1]``: keep the smallest set of most probable tokens whose
-        total probability reaches ``top_p`` (at least one token).
+        total probability reaches ``top_p`` (at least one token; among equal probabilities
+        the lower token id first).
     top_k : int or None, default None
         Keep only the ``top_k >= 1`` largest logits (ties at the boundary are kept).
 
@@ -196,7 +197,7 @@ class SamplingConfig:
             kth = torch.topk(x, self.top_k, dim=-1).values[..., -1:]
             x = x.masked_fill(x < kth, -math.inf)
         if self.top_p < 1.0:
-            sorted_x, order = torch.sort(x, dim=-1, descending=True)
+            sorted_x, order = torch.sort(x, dim=-1, descending=True, stable=True)
             sorted_p = torch.softmax(sorted_x, dim=-1)
             mass_before = sorted_p.cumsum(-1) - sorted_p
             drop_sorted = mass_before >= self.top_p

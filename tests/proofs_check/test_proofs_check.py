@@ -1,0 +1,56 @@
+"""`python -m proofs_check --quick` passes, fast, and fails when a formula is wrong."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import torch
+
+import spec_adapters.sampling as sampling
+from proofs_check import __main__ as cli
+from proofs_check.checks import Settings, check_theorem1, check_theorem3
+
+torch.set_num_threads(1)
+
+
+def test_quick_run_passes_every_check_under_60_seconds(capsys):
+    start = time.process_time()  # CPU time: the wall clock depends on the shared machine
+    code = cli.main(["--quick", "--json"])
+    elapsed = time.process_time() - start
+    report = json.loads(capsys.readouterr().out)
+    failed = [c["check"] + ": " + c["measured"] for c in report["checks"] if not c["passed"]]
+    assert code == 0 and report["passed"], failed
+    names = {c["check"].split()[0] for c in report["checks"]}
+    assert names == {"1", "2", "3", "4", "5"}
+    assert elapsed < 60, f"proofs_check --quick took {elapsed:.1f} s"
+
+
+def test_wrong_acceptance_ratio_fails_theorem1_and_theorem3(monkeypatch):
+    def wrong_rule(p, q, draft, rand):  # min(1, q/p) instead of min(1, p/q)
+        K = len(draft)
+        for k, x in enumerate(draft):
+            px, qx = float(p[k, x]), float(q[k, x])
+            if rand.bernoulli(min(1.0, qx / px) if px > 0 else 1.0, slot=k):
+                continue
+            return k, rand.categorical(sampling._residual(p[k], q[k]), slot=K)
+        return K, rand.categorical(p[K], slot=K)
+
+    monkeypatch.setattr(sampling, "_speculative_rule", wrong_rule)
+    assert not any(r.passed for r in check_theorem1(Settings(quick=True)))
+    assert not all(r.passed for r in check_theorem3(Settings(quick=True)))
+
+
+def test_text_output_has_one_row_per_check_and_exit_code(capsys, monkeypatch):
+    code = cli.main(["--quick", "--only", "theorem3"])
+    out = capsys.readouterr().out
+    assert code == 0
+    assert out.count("[PASS]") == 4 and "measured:" in out and "bound:" in out
+    assert "4/4 checks passed" in out
+
+    def boom(settings):
+        raise RuntimeError("broken")
+
+    monkeypatch.setitem(cli.CHECKS, "theorem3", boom)
+    assert cli.main(["--quick", "--only", "theorem3"]) == 1
+    assert "[FAIL]" in capsys.readouterr().out
