@@ -45,8 +45,8 @@ def test_text_output_has_one_row_per_check_and_exit_code(capsys, monkeypatch):
     code = cli.main(["--quick", "--only", "theorem3"])
     out = capsys.readouterr().out
     assert code == 0
-    assert out.count("[PASS]") == 4 and "measured:" in out and "bound:" in out
-    assert "4/4 checks passed" in out
+    assert out.count("[PASS]") == 5 and "measured:" in out and "bound:" in out
+    assert "5/5 checks passed" in out
 
     def boom(settings):
         raise RuntimeError("broken")
