@@ -269,8 +269,13 @@ def tight_delay_term(eta: float, missing: list[int]) -> float:
     return sum(math.tanh(eta * d / 4.0) for d in missing)
 
 
-def delayed_game(dl, losses, delays):
-    """Run a schedule; return (expected regret, d_t list, weights list)."""
+def delayed_game(dl, losses, delays, adaptive=None):
+    """Run a schedule; return (expected regret, d_t list, weights list).
+
+    ``adaptive[t]``: the adversary sees p_t and puts loss 1 on its heaviest expert, 0 elsewhere
+    (Hedge's p_t is deterministic, so the realised sequence is an ordinary loss sequence).
+    """
+    losses = np.array(losses, dtype=np.float64, copy=True)
     trace_w, missing = [], []
     rng = np.random.default_rng(0)
     due: dict[int, list[int]] = {}
@@ -278,6 +283,9 @@ def delayed_game(dl, losses, delays):
     for t in range(len(losses)):
         missing.append(len(dl.outstanding) + len(dl.censored))
         trace_w.append(dl.weights)
+        if adaptive is not None and adaptive[t]:
+            losses[t] = 0.0
+            losses[t, np.argmax(trace_w[-1])] = 1.0
         rid, arm = dl.play(rng)
         arms.append(arm)
         if delays[t] is None:
@@ -291,27 +299,38 @@ def delayed_game(dl, losses, delays):
     return regret, missing, P
 
 
-games = st.tuples(st.integers(1, 60), st.integers(2, 6)).flatmap(
-    lambda tn: st.tuples(
-        hnp.arrays(np.float64, tn, elements=st.floats(0, 1) | st.sampled_from([0.0, 1.0])),
-        st.lists(st.one_of(st.none(), st.integers(0, 12)), min_size=tn[0], max_size=tn[0]),
-        st.floats(0.05, 4.0),
+def delay_or_censored(max_delay: int):
+    """A delay in [0, max_delay], or None (censored) about once in max_delay + 2 rounds."""
+    return st.integers(-1, max_delay).map(lambda d: None if d < 0 else d)
+
+
+def loss_games(max_delay: int):
+    """(losses, delays (None = censored), eta, adaptive mask); eta near the tuned value."""
+    return st.tuples(st.integers(1, 60), st.integers(2, 6)).flatmap(
+        lambda tn: st.tuples(
+            hnp.arrays(np.float64, tn, elements=st.floats(0, 1) | st.sampled_from([0.0, 1.0])),
+            st.lists(delay_or_censored(max_delay), min_size=tn[0], max_size=tn[0]),
+            st.floats(0.25, 4.0).map(lambda c: c * math.sqrt(8 * math.log(tn[1]) / tn[0])),
+            st.lists(st.booleans(), min_size=tn[0], max_size=tn[0]),
+        )
     )
-)
+
+
+games = loss_games(12)
 
 
 # Regret 1 with one missing loss (see test_delay_term_is_needed): kills bounds without a delay term.
-TWO_ROUND_TRAP = (np.array([[1.0, 0.0], [1.0, 0.0]]), [1, 1], math.sqrt(4 * math.log(2)))
+TWO_ROUND_TRAP = (np.array([[1.0, 0.0], [1.0, 0.0]]), [1, 1], math.sqrt(4 * math.log(2)), None)
 
 
 @SETTINGS
 @example(game=TWO_ROUND_TRAP)
 @given(game=games)
 def test_delayed_hedge_regret_within_bound(game):
-    losses, delays, eta = game
+    losses, delays, eta, adaptive = game
     T, N = losses.shape
     dl = OnArrival(Hedge(N, eta=eta))
-    regret, missing, _ = delayed_game(dl, losses, delays)
+    regret, missing, _ = delayed_game(dl, losses, delays, adaptive)
     undelayed = math.log(N) / eta + eta * T / 8.0
     tight = undelayed + tight_delay_term(eta, missing)
     target(regret - tight, label="regret - tight bound")
@@ -324,7 +343,7 @@ def test_delayed_hedge_regret_within_bound(game):
 @given(game=games)
 def test_onarrival_hedge_plays_hedge_on_arrived_losses(game):
     """Oracle: p_t ∝ exp(-eta * (sum of the losses that arrived before round t))."""
-    losses, delays, eta = game
+    losses, delays, eta, _ = game
     T, N = losses.shape
     _, _, P = delayed_game(OnArrival(Hedge(N, eta=eta)), losses, delays)
     for t in range(T):
@@ -366,13 +385,7 @@ def test_tanh_is_the_largest_tv_of_a_tilt():
 
 
 # ------------------------------------------------------------------ BOLD + Hedge
-bold_games = st.tuples(st.integers(1, 60), st.integers(2, 6)).flatmap(
-    lambda tn: st.tuples(
-        hnp.arrays(np.float64, tn, elements=st.floats(0, 1) | st.sampled_from([0.0, 1.0])),
-        st.lists(st.one_of(st.none(), st.integers(0, 8)), min_size=tn[0], max_size=tn[0]),
-        st.floats(0.05, 4.0),
-    )
-)
+bold_games = loss_games(8)
 
 
 @SETTINGS
@@ -380,10 +393,10 @@ bold_games = st.tuples(st.integers(1, 60), st.integers(2, 6)).flatmap(
 @given(game=bold_games)
 def test_bold_regret_within_sum_of_copy_bounds(game):
     """R_T <= sum_j R_base(T_j) + C = |pool| ln N / eta + eta T / 8 + C for fixed-eta copies."""
-    losses, delays, eta = game
+    losses, delays, eta, adaptive = game
     T, N = losses.shape
     dl = BOLD(lambda: Hedge(N, eta=eta))
-    regret, missing, _ = delayed_game(dl, losses, delays)
+    regret, missing, _ = delayed_game(dl, losses, delays, adaptive)
     C = len(dl.censored)
     bound = len(dl.pool) * math.log(N) / eta + eta * (T - C) / 8.0 + C
     target(regret - bound, label="regret - BOLD bound")
@@ -395,32 +408,33 @@ constant_delay_games = st.tuples(st.integers(1, 80), st.integers(2, 5), st.integ
     lambda tng: st.tuples(
         hnp.arrays(np.float64, tng[:2], elements=st.floats(0, 1) | st.sampled_from([0.0, 1.0])),
         st.just(tng[2]),
-        st.floats(0.05, 4.0),
+        st.floats(0.25, 4.0).map(lambda c: c * math.sqrt(8 * math.log(tng[1]) / tng[0])),
+        st.lists(st.booleans(), min_size=tng[0], max_size=tng[0]),
     )
 )
 
 
 @SETTINGS
-@example(game=(TWO_ROUND_TRAP[0], 1, TWO_ROUND_TRAP[2]))
+@example(game=(TWO_ROUND_TRAP[0], 1, TWO_ROUND_TRAP[2], None))
 @given(game=constant_delay_games)
 def test_bold_constant_delay_within_joulani_bound(game):
     """Constant delay G: G + 1 round-robin copies and R_T <= (1 + G) R_base(T / (1 + G)).
 
     Checked for fixed-eta copies (R_base affine) and anytime copies (R_base concave, PLG 2.3).
     """
-    losses, G, eta = game
+    losses, G, eta, adaptive = game
     T, N = losses.shape
     m = 1 + G
 
     fixed = BOLD(lambda: Hedge(N, eta=eta))
-    regret, _, _ = delayed_game(fixed, losses, [G] * T)
+    regret, _, _ = delayed_game(fixed, losses, [G] * T, adaptive)
     bound = m * bounds.hedge_fixed_bound(N, T / m, eta)
     target(regret - bound, label="fixed eta: regret - (1+G) R(T/(1+G))")
     assert regret <= bound + 1e-9
     assert len(fixed.pool) == min(m, T)
 
     anytime = BOLD(lambda: Hedge(N))
-    regret, _, _ = delayed_game(anytime, losses, [G] * T)
+    regret, _, _ = delayed_game(anytime, losses, [G] * T, adaptive)
     bound = m * bounds.hedge_anytime_bound(N, T / m)
     target(regret - bound, label="anytime: regret - (1+G) R(T/(1+G))")
     assert regret <= bound + 1e-9
