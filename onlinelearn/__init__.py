@@ -9,17 +9,22 @@ from . import bounds
 from .adahedge import AdaHedge
 from .bandits import UCB1, Exp3, Exp3IX
 from .base import Learner
+from .delayed import BOLD, QPMD, DelayedLearner, OnArrival
 from .hedge import Hedge
 from .normalhedge import AdaNormalHedge, NormalHedge
 
 __all__ = [
+    "BOLD",
+    "QPMD",
     "UCB1",
     "AdaHedge",
     "AdaNormalHedge",
+    "DelayedLearner",
     "Exp3",
     "Exp3IX",
     "Hedge",
     "Learner",
     "NormalHedge",
+    "OnArrival",
     "bounds",
 ]

@@ -142,7 +142,11 @@ def delayed_hedge_bound(n: int, T: int, eta: float, D: float) -> float:
     """Fixed-eta Hedge applying losses on arrival: ``ln n/eta + eta T/8 + (e^eta - 1) D / 2``.
 
     ``D = sum_t`` (number of rounds ``s < t`` whose loss is still missing when ``p_t`` is
-    formed). Derived in this project (docs/onlinelearn.md): the delayed forecaster differs from
-    the undelayed one by at most the missing losses' multiplicative effect ``e^eta`` per loss.
+    formed); REFERENCES.md ("derived here"). Derivation: the undelayed forecaster's ``p*_t`` is
+    the delayed ``p_t`` tilted by ``exp(-eta l_s)`` for each missing round ``s``; one tilt by a
+    vector in ``[0, eta]`` moves ``<p, l>`` (``l`` in [0, 1]^n) by at most ``tanh(eta / 4)``
+    (worst case: two-point support), so ``sum_t <p_t - p*_t, l_t> <= tanh(eta/4) D``, and
+    ``tanh(eta/4) <= eta/4 <= (e^eta - 1)/2``. Add PLG Theorem 2.2 for ``p*``. The constant
+    ``(e^eta - 1)/2`` is valid but about twice ``tanh(eta/4)`` for small ``eta``.
     """
     return hedge_fixed_bound(n, T, eta) + (math.exp(eta) - 1.0) * D / 2.0
