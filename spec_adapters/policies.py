@@ -28,7 +28,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["FixedPolicy", "bandit_loss", "make_policy", "POLICY_NAMES"]
+__all__ = ["POLICY_NAMES", "FixedPolicy", "bandit_loss", "make_policy"]
 
 POLICY_NAMES = ("normalhedge", "hedge", "adahedge", "exp3spec", "ucbspec", "fixed:<i>",
                 "oracle")

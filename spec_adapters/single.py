@@ -52,7 +52,7 @@ class GenerateOutput:
         ``target_calls`` (verification passes; the prefill is not counted), ``new_tokens``,
         ``mean_accepted_tokens`` (= new_tokens / target_calls, the bonus token included),
         ``chosen`` (drafter index per round), ``accepted`` (drafts accepted per round, 0..K),
-        ``weights`` (per round, the policy's distribution the choice was drawn from),
+        ``weights`` (per round, before the choice: the base learner's distribution),
         ``losses`` (``(round_id, loss vector)`` fed to full-information policies),
         ``censored`` (rounds censored at the end), ``gamma`` / ``rho`` (``(N, new_tokens)``
         float64 per drafter and generated position; ``None`` for bandit / fixed policies),
@@ -64,6 +64,13 @@ class GenerateOutput:
 
     sequences: torch.LongTensor
     stats: dict[str, Any]
+
+
+def _learner_weights(policy) -> np.ndarray:
+    """The base learner's distribution (QPMD's own ``weights`` is one-hot while a prediction
+    is pending, which says nothing about what was learnt)."""
+    learner = getattr(policy, "learner", None)
+    return learner.weights if learner is not None else policy.weights
 
 
 @dataclass
@@ -189,7 +196,7 @@ class HedgeSpecDecoder:
     def _select(self, policy, q: _Query) -> tuple[int, int]:
         """Step 1: the policy picks a drafter; the round drafts positions len(seq)..+K-1."""
         t = time.perf_counter()
-        q.weights.append(np.asarray(policy.weights, dtype=float).tolist())
+        q.weights.append(np.asarray(_learner_weights(policy), dtype=float).tolist())
         round_id, i = policy.play(q.rng)
         if self._counterfactual(policy):
             q.table.open(round_id, len(q.seq))

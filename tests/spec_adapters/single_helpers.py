@@ -1,0 +1,76 @@
+"""Models and drafters shared by the single-draft decoder tests (not a test module)."""
+
+from __future__ import annotations
+
+import copy
+
+import torch
+
+from tests.conftest import make_tiny_llama
+
+
+def perturbed(model, scale: float, seed: int):
+    """A copy of ``model`` with Gaussian noise of std ``scale`` added to every weight: a drafter
+    that agrees with the target often but not always."""
+    out = copy.deepcopy(model)
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for prm in out.parameters():
+            prm.add_(torch.randn(prm.shape, generator=g) * scale)
+    return out
+
+
+def peaked(model, factor: float):
+    """Scale the LM head so that next-token distributions are sharper (tiny random models are
+    nearly uniform otherwise)."""
+    with torch.no_grad():
+        model.get_output_embeddings().weight.mul_(factor)
+    return model
+
+
+def pool(vocab_size: int = 96, peak: float = 1.0, layers: int = 2):
+    """Target and a pool of three drafters: unrelated, noisy copy, exact copy of the target.
+
+    The target has no default EOS (its generation config's is removed), so generation runs to
+    ``max_new_tokens`` unless a test passes ``eos_token_id``.
+    """
+    target = peaked(make_tiny_llama(vocab_size, seed=0, num_hidden_layers=layers), peak)
+    target.generation_config.eos_token_id = None
+    drafters = [
+        peaked(make_tiny_llama(vocab_size, seed=1, num_hidden_layers=layers), peak),
+        perturbed(target, 0.02, seed=5),
+        copy.deepcopy(target),
+    ]
+    return target, drafters
+
+
+class UnigramDrafter:
+    """A non-HF drafter implementing the Drafter protocol: a fixed next-token distribution."""
+
+    def __init__(self, logits: torch.Tensor, name: str = "unigram") -> None:
+        self.logits, self.name, self.vocab_size = logits.float(), name, logits.numel()
+
+    def start(self, prompt_ids):
+        pass
+
+    def propose(self, k, sampling, generator=None):
+        q = sampling.probs(self.logits).expand(k, -1).contiguous()
+        return torch.multinomial(q, 1, generator=generator).view(-1), q
+
+    def extend(self, tokens):
+        return self.logits.expand(tokens.numel(), -1).clone()
+
+
+class RecordingStreamer:
+    """transformers' streamer protocol: put(value) then end()."""
+
+    def __init__(self) -> None:
+        self.values: list[torch.Tensor] = []
+        self.ended = 0
+
+    def put(self, value):
+        assert self.ended == 0, "put after end"
+        self.values.append(value.clone())
+
+    def end(self):
+        self.ended += 1

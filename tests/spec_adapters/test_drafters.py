@@ -1,0 +1,71 @@
+"""HFDrafter against full-context forward passes; the Drafter protocol; vocabulary checks."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from spec_adapters.drafters import Drafter, HFDrafter, as_drafter, check_vocab
+from spec_adapters.sampling import SamplingConfig
+
+
+def _full_logits(model, ids):
+    with torch.no_grad():
+        return model(input_ids=torch.tensor([ids])).logits[0].float()
+
+
+def test_extend_returns_the_logits_that_predicted_each_token(tiny_llama):
+    model = tiny_llama(vocab_size=64, seed=3)
+    d = HFDrafter(model)
+    prompt = [1, 9, 17, 4]
+    d.start(torch.tensor(prompt))
+    rows1 = d.extend(torch.tensor([5, 6, 7]))
+    rows2 = d.extend(torch.tensor([8]))
+    full = _full_logits(model, [*prompt, 5, 6, 7, 8])
+    torch.testing.assert_close(torch.cat([rows1, rows2]), full[len(prompt) - 1:-1],
+                               atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("temperature", [0.0, 1.0])
+def test_propose_samples_from_q_and_commits_nothing(tiny_llama, temperature):
+    model = tiny_llama(vocab_size=64, seed=3)
+    d = HFDrafter(model)
+    prompt = [1, 9, 17, 4]
+    d.start(torch.tensor(prompt))
+    sampling = SamplingConfig(temperature=temperature)
+    tokens, q = d.propose(4, sampling, torch.Generator().manual_seed(0))
+    assert tokens.shape == (4,) and q.shape == (4, 64)
+    full = _full_logits(model, prompt + tokens.tolist())
+    torch.testing.assert_close(q, sampling.probs(full[len(prompt) - 1:-1]), atol=1e-5, rtol=1e-5)
+    assert bool((q.gather(1, tokens.view(-1, 1)) > 0).all())
+    # nothing was committed: extending now predicts from the prompt alone
+    rows = d.extend(torch.tensor([11, 12]))
+    torch.testing.assert_close(rows, _full_logits(model, [*prompt, 11, 12])[3:5],
+                               atol=1e-5, rtol=1e-5)
+
+
+def test_greedy_proposal_is_the_drafters_argmax_chain(tiny_llama):
+    model = tiny_llama(vocab_size=64, seed=3)
+    d = HFDrafter(model)
+    d.start(torch.tensor([1, 2, 3]))
+    tokens, _ = d.propose(5, SamplingConfig(0.0), None)
+    ref = model.generate(torch.tensor([[1, 2, 3]]), do_sample=False, max_new_tokens=5,
+                         eos_token_id=None)
+    assert tokens.tolist() == ref[0, 3:].tolist()
+
+
+def test_hf_drafter_implements_the_protocol_and_models_are_wrapped(tiny_llama):
+    model = tiny_llama(vocab_size=64, seed=3)
+    assert isinstance(HFDrafter(model), Drafter)
+    wrapped = as_drafter(model, 2)
+    assert isinstance(wrapped, HFDrafter) and wrapped.vocab_size == 64
+    with pytest.raises(ValueError, match=r"drafters\[1\]"):
+        as_drafter("not a model", 1)
+
+
+def test_vocab_mismatch_names_the_drafter(tiny_llama):
+    ds = [HFDrafter(tiny_llama(vocab_size=64), name="ok"),
+          HFDrafter(tiny_llama(vocab_size=80), name="big")]
+    with pytest.raises(ValueError, match=r"vocabulary size mismatch.*'big' \(80\)"):
+        check_vocab(ds, 64)
+    check_vocab(ds[:1], 64)

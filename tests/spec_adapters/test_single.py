@@ -1,0 +1,198 @@
+"""HedgeSpecDecoder, greedy: identical to the target's own greedy decoding; bad inputs; stats."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from spec_adapters.single import GenerateOutput, HedgeSpecDecoder
+from tests.spec_adapters.single_helpers import RecordingStreamer, UnigramDrafter, pool
+
+POLICIES = ["normalhedge", "hedge", "adahedge", "exp3spec", "ucbspec", "fixed:0", "fixed:2",
+            "oracle"]
+
+
+@pytest.fixture(scope="module")
+def models():
+    return pool(vocab_size=96)
+
+
+def _prompts(n, seed=0, vocab=96):
+    g = torch.Generator().manual_seed(seed)
+    return [torch.randint(3, vocab, (1, int(torch.randint(1, 9, (1,), generator=g))), generator=g)
+            for _ in range(n)]
+
+
+def _reference(target, ids, max_new_tokens, eos=None):
+    return target.generate(ids, do_sample=False, max_new_tokens=max_new_tokens,
+                           eos_token_id=eos, pad_token_id=0)
+
+
+@pytest.mark.parametrize("policy", POLICIES)
+@pytest.mark.parametrize("k", [1, 3, 8])
+def test_greedy_output_equals_target_generate(models, policy, k):
+    target, drafters = models
+    # the unigram drafter (not an HF model) is never right: rejection at position 1 every time
+    pool_ = [*drafters, UnigramDrafter(torch.linspace(0, 3, 96))]
+    dec = HedgeSpecDecoder(target, pool_, draft_length=k, policy=policy)
+    for i, ids in enumerate(_prompts(3, seed=k)):
+        n = 11 + 7 * i  # lengths that end mid-chunk for every K > 1
+        out = dec.generate(ids, max_new_tokens=n, seed=i)
+        ref = _reference(target, ids, n)
+        assert isinstance(out, GenerateOutput)
+        assert out.sequences.dtype == torch.long and out.sequences.shape == ref.shape
+        assert out.sequences.tolist() == ref.tolist(), (policy, k, i)
+        s = out.stats
+        assert s["new_tokens"] == n and s["target_calls"] == len(s["chosen"]) == len(s["accepted"])
+        assert s["mean_accepted_tokens"] == pytest.approx(n / s["target_calls"])
+        assert all(0 <= a <= k for a in s["accepted"])
+
+
+def test_copy_of_target_accepts_everything_and_stops_mid_chunk(models):
+    target, drafters = models
+    dec = HedgeSpecDecoder(target, drafters, draft_length=8, policy="fixed:2")
+    ids = torch.tensor([[1, 40, 41]])
+    out = dec.generate(ids, max_new_tokens=13)  # 9 tokens per call: the 2nd chunk is cut at 4
+    assert out.sequences.tolist() == _reference(target, ids, 13).tolist()
+    assert out.stats["accepted"] == [8, 8] and out.stats["target_calls"] == 2
+
+
+@pytest.mark.parametrize("policy", ["normalhedge", "exp3spec", "fixed:2"])
+def test_eos_inside_a_chunk_stops_generation(models, policy):
+    target, drafters = models
+    ids = torch.tensor([[1, 17, 23, 5]])
+    free = _reference(target, ids, 30)[0, 4:].tolist()
+    # the first token that did not occur before position 5: EOS inside the first 9-token chunk
+    j = next(j for j in range(5, 30) if free[j] not in free[:j])
+    eos = free[j]
+    dec = HedgeSpecDecoder(target, drafters, draft_length=8, policy=policy)
+    out = dec.generate(ids, max_new_tokens=30, eos_token_id=eos)
+    ref = _reference(target, ids, 30, eos=eos)
+    assert out.sequences.tolist() == ref.tolist()
+    assert out.sequences[0, -1].item() == eos and out.sequences.shape[1] == 4 + j + 1
+    # a list of EOS ids works too
+    out2 = dec.generate(ids, max_new_tokens=30, eos_token_id=[95, eos])
+    assert out2.sequences.tolist() == ref.tolist()
+
+
+def test_zero_new_tokens_returns_the_prompt(models):
+    target, drafters = models
+    ids = torch.tensor([[1, 2, 3]])
+    out = HedgeSpecDecoder(target, drafters).generate(ids, max_new_tokens=0)
+    assert out.sequences.tolist() == ids.tolist() and out.stats["target_calls"] == 0
+
+
+def test_generation_stops_at_the_context_length(tiny_llama):
+    target = tiny_llama(vocab_size=64, seed=0, max_position_embeddings=20)
+    target.generation_config.eos_token_id = None
+    dec = HedgeSpecDecoder(target, [target], draft_length=8, policy="fixed:0")
+    out = dec.generate(torch.arange(3, 15).view(1, -1), max_new_tokens=50)
+    assert out.sequences.shape == (1, 20)
+    ref = target.generate(torch.arange(3, 15).view(1, -1), do_sample=False, max_new_tokens=8)
+    assert out.sequences.tolist() == ref.tolist()
+
+
+def test_streamer_receives_prompt_then_every_new_token(models):
+    target, drafters = models
+    dec = HedgeSpecDecoder(target, drafters, draft_length=3)
+    ids = torch.tensor([[1, 8, 9]])
+    streamer = RecordingStreamer()
+    out = dec.generate(ids, max_new_tokens=12, streamer=streamer)
+    assert streamer.values[0].tolist() == ids.tolist() and streamer.ended == 1
+    streamed = torch.cat([v.view(-1) for v in streamer.values[1:]]).tolist()
+    assert streamed == out.sequences[0, 3:].tolist()
+    assert len(streamer.values) - 1 == out.stats["target_calls"]
+
+
+def test_sampling_is_reproducible_with_a_seed(models):
+    target, drafters = models
+    dec = HedgeSpecDecoder(target, drafters, draft_length=3)
+    ids = torch.tensor([[1, 8, 9]])
+    runs = [dec.generate(ids, max_new_tokens=20, temperature=1.0, seed=s).sequences.tolist()
+            for s in (7, 7, 8)]
+    assert runs[0] == runs[1]
+    assert runs[0] != runs[2]
+
+
+def test_stats_account_for_every_round(models):
+    target, drafters = models
+    dec = HedgeSpecDecoder(target, drafters, draft_length=4, policy="normalhedge")
+    out = dec.generate(torch.tensor([[1, 8, 9]]), max_new_tokens=25, temperature=0.7, seed=3)
+    s = out.stats
+    rounds = s["target_calls"]
+    fed = [rid for rid, _ in s["losses"]]
+    # every round is fed exactly once or censored
+    assert len(set(fed)) == len(fed) and len(fed) + s["censored"] == rounds
+    assert s["gamma"].shape == s["rho"].shape == (3, 25)
+    for w in s["weights"]:
+        assert len(w) == 3 and np.isclose(sum(w), 1.0)
+    for key in ("eval_seconds", "total_seconds", "draft_seconds", "verify_seconds",
+                "update_seconds"):
+        assert s[key] >= 0
+    assert s["eval_seconds"] < s["total_seconds"]
+
+
+def test_learner_resets_per_query_unless_carried(models):
+    target, drafters = models
+    ids = torch.tensor([[1, 8, 9]])
+    fresh = HedgeSpecDecoder(target, drafters, draft_length=3)
+    carry = HedgeSpecDecoder(target, drafters, draft_length=3, carry_state=True)
+    for dec in (fresh, carry):
+        dec.generate(ids, max_new_tokens=30, seed=0)
+    w_fresh = fresh.generate(ids, max_new_tokens=3, seed=0).stats["weights"][0]
+    w_carry = carry.generate(ids, max_new_tokens=3, seed=0).stats["weights"][0]
+    assert np.allclose(w_fresh, 1 / 3)
+    assert max(w_carry) > 0.9 and np.argmax(w_carry) == 2
+
+
+# ------------------------------------------------------------------------------------------
+# bad input: ValueError naming it, nothing half-updated
+# ------------------------------------------------------------------------------------------
+@pytest.mark.parametrize(("kwargs", "match"), [
+    ({"drafters": []}, "empty drafter pool"),
+    ({"draft_length": 0}, "draft_length"),
+    ({"draft_length": 2.5}, "draft_length"),
+    ({"policy": "thompson"}, "unknown policy"),
+    ({"policy": "fixed:7"}, "out of range"),
+    ({"loss": "l2"}, "unknown loss"),
+])
+def test_bad_constructor_arguments(models, kwargs, match):
+    target, drafters = models
+    args = {"drafters": drafters, **kwargs}
+    with pytest.raises(ValueError, match=match):
+        HedgeSpecDecoder(target, **args)
+
+
+def test_vocab_mismatch_is_rejected(models, tiny_llama):
+    target, drafters = models
+    with pytest.raises(ValueError, match="vocabulary size mismatch"):
+        HedgeSpecDecoder(target, [drafters[0], tiny_llama(vocab_size=128)])
+
+
+@pytest.mark.parametrize(("ids", "kwargs", "match"), [
+    (torch.tensor([1, 2, 3]), {}, "2-D"),
+    (torch.tensor([[[1, 2]]]), {}, "2-D"),
+    (torch.tensor([[1, 2], [3, 4]]), {}, "not supported yet"),
+    (torch.zeros(1, 0, dtype=torch.long), {}, "empty"),
+    (torch.tensor([[1.0, 2.0]]), {}, "integer"),
+    (torch.tensor([[1, 500]]), {}, "outside"),
+    ([[1, 2]], {}, "torch.LongTensor"),
+    (torch.arange(300).view(1, -1) % 90, {}, "longer than the target's context"),
+    (torch.tensor([[1, 2]]), {"temperature": -0.5}, "temperature"),
+    (torch.tensor([[1, 2]]), {"top_p": 0.0}, "top_p"),
+    (torch.tensor([[1, 2]]), {"top_k": 0}, "top_k"),
+    (torch.tensor([[1, 2]]), {"max_new_tokens": -1}, "max_new_tokens"),
+])
+def test_bad_generate_input_changes_nothing(models, ids, kwargs, match):
+    target, drafters = models
+    dec = HedgeSpecDecoder(target, drafters, draft_length=3, carry_state=True)
+    good = torch.tensor([[1, 8, 9]])
+    dec.generate(good, max_new_tokens=10, seed=0)
+    state = dec.policy.state_dict()
+    with pytest.raises(ValueError, match=match):
+        dec.generate(ids, **{"max_new_tokens": 10, **kwargs})
+    assert dec.policy.state_dict() == state
+    # the decoder still works and is still exact
+    out = dec.generate(good, max_new_tokens=10, seed=1)
+    assert out.sequences.tolist() == _reference(target, good, 10).tolist()
