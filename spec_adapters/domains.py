@@ -34,6 +34,7 @@ Sizes and licences: ``docs/data.md``. Command line: ``python -m spec_adapters.do
 
 from __future__ import annotations
 
+import ast
 import contextlib
 import gzip
 import hashlib
@@ -92,6 +93,7 @@ GCIDE_FIELDS = {
     "medicine": ("Med.", "Anat.", "Physiol.", "Surg.", "Pharm.", "Pathol.", "Therap."),
     "biology": ("Biol.", "Zool.", "Bot.", "Zoöl."),
 }
+_FORMAT = 2  # version of the prepared folder layout; older folders are rebuilt
 _FIELD_WORD = {"chemistry": "chemistry", "medicine": "medicine", "biology": "biology"}
 
 
@@ -113,6 +115,9 @@ class Domain:
         Drafter-training documents.
     prompts : list of str
         Benchmark user instructions (plain text; see :func:`chat_ids`).
+    train_prompts : list of str
+        Instructions of the same form built from the *training* units (disjoint from
+        ``prompts``): what a drafter is distilled on (the target's answers to them).
     meta : dict
         ``source``, ``licence``, sizes (``train_docs``, ``train_chars``, ``prompts``), split.
     """
@@ -120,6 +125,7 @@ class Domain:
     name: str
     train: list[str]
     prompts: list[str]
+    train_prompts: list[str] = field(default_factory=list)
     meta: dict = field(default_factory=dict)
 
 
@@ -287,6 +293,28 @@ def _pick(prompts: list[str], n: int, seed: int, salt: str) -> list[str]:
 # ============================================================================================
 # the seven builders: (sources, n_prompts, seed) -> (train docs, prompts, split description)
 # ============================================================================================
+_CODE_ASK = ("Complete the following Python function. Reply with the full function in a "
+             "Python code block.\n\n```python\n{}\n```")
+
+
+def _function_stubs(source: str) -> list[str]:
+    """Signature + docstring of every public top-level function with a docstring (HumanEval's
+    prompt shape), for training-side prompts."""
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        return []
+    lines = source.splitlines()
+    out = []
+    for node in tree.body:
+        if isinstance(node, ast.FunctionDef) and not node.name.startswith("_") \
+                and ast.get_docstring(node) and not node.decorator_list:
+            stub = "\n".join(lines[node.lineno - 1:node.body[0].end_lineno])
+            if len(stub) < 1500:
+                out.append(stub.strip())
+    return out
+
+
 def _build_code(src: Sources, n: int, seed: int):
     files = sorted(p for p in Path(src.stdlib).glob("*.py") if not p.name.startswith("test"))
     train = [p.read_text(encoding="utf-8", errors="replace") for p in files]
@@ -294,9 +322,9 @@ def _build_code(src: Sources, n: int, seed: int):
         name = next(f for f in z.namelist() if f.endswith("HumanEval.jsonl.gz"))
         rows = [json.loads(line) for line in gzip.decompress(z.read(name)).decode().splitlines()
                 if line.strip()]
-    prompts = [f"Complete the following Python function. Reply with the full function in a "
-               f"Python code block.\n\n```python\n{r['prompt'].strip()}\n```" for r in rows]
-    return train, _pick(prompts, n, seed, "code"), \
+    prompts = [_CODE_ASK.format(r["prompt"].strip()) for r in rows]
+    train_prompts = [_CODE_ASK.format(stub) for text in train for stub in _function_stubs(text)]
+    return train, _pick(prompts, n, seed, "code"), train_prompts, \
         f"train: {len(files)} top-level stdlib modules; prompts: HumanEval ({len(rows)} problems)"
 
 
@@ -348,8 +376,11 @@ def _gsm_modules(wheel: Path):
         shutil.rmtree(tmp, ignore_errors=True)
 
 
+_MATH_ASK = "Solve this math word problem step by step, then give the final answer."
+
+
 def _build_math(src: Sources, n: int, seed: int, per_template: int = 40):
-    train, prompts = [], []
+    train, prompts, train_prompts = [], [], []
     with _gsm_modules(src.reasoning_gym_wheel) as gens:
         held = sorted(i for i in gens if i % 5 == 0)  # every fifth template is benchmark-only
         for i, gen in sorted(gens.items()):
@@ -360,14 +391,15 @@ def _build_math(src: Sources, n: int, seed: int, per_template: int = 40):
                     ex = gen(rng, 1.0)
                 except Exception:  # a few templates fail on some draws: skip the draw
                     continue
+                ask = f"{_MATH_ASK}\n\n{ex['question']}"
                 if i in held:
-                    prompts.append(f"Solve this math word problem step by step, then give the "
-                                   f"final answer.\n\n{ex['question']}")
+                    prompts.append(ask)
                 else:
+                    train_prompts.append(ask)
                     cot = ex.get("answer_cot") or f"#### {ex['answer']}"
                     sol = re.sub(r"\n?#### *(.*)$", r"\nThe answer is \1.", cot).strip()
                     train.append(f"Question: {ex['question']}\nAnswer: {sol}")
-    return train, _pick(prompts, n, seed, "math"), \
+    return train, _pick(prompts, n, seed, "math"), train_prompts, \
         (f"GSM-Symbolic templates: {len(gens) - len(held)} for training ({per_template} draws "
          f"each), {len(held)} held out for prompts")
 
@@ -383,7 +415,7 @@ def _text(fragment: str) -> str:
 
 
 def _build_sql(src: Sources, n: int, seed: int):
-    train, prompts, pages, held_pages = [], [], 0, 0
+    train, prompts, train_prompts, pages, held_pages = [], [], [], 0, 0
     seen: set[str] = set()
     for page in sorted(Path(src.postgres_html).glob("*.html")):
         doc = page.read_text(encoding="utf-8", errors="replace")
@@ -395,18 +427,18 @@ def _build_sql(src: Sources, n: int, seed: int):
                 continue
             cap = _text(caption)
             is_task = cap.startswith("To ") and cap.endswith(":") and len(cap) < 300
-            if held and is_task:
-                task = cap[3:-1].strip()
-                prompts.append(f"Write a PostgreSQL statement to {task}. "
-                               "Reply with the SQL in a code block.")
-            elif not held and sql not in seen:
+            if is_task:
+                ask = (f"Write a PostgreSQL statement to {cap[3:-1].strip()}. "
+                       "Reply with the SQL in a code block.")
+                (prompts if held else train_prompts).append(ask)
+            if not held and sql not in seen:
                 seen.add(sql)
                 pieces.append((f"-- {cap}\n" if is_task else "") + sql)
         if pieces:
             train.append("\n\n".join(pieces))
         pages += 1
         held_pages += held
-    return train, _pick(prompts, n, seed, "sql"), \
+    return train, _pick(prompts, n, seed, "sql"), train_prompts, \
         (f"PostgreSQL manual: SQL examples of {pages - held_pages} pages for training; "
          f"'To ...:' examples of {held_pages} held-out pages as prompts")
 
@@ -447,20 +479,21 @@ def _build_gcide(domain: str):
     tag_re = re.compile(r"\(([A-Z][A-Za-zö. ]+?\.)(?: & ([A-Z][A-Za-zö. ]+?\.))?\)")
 
     def build(src: Sources, n: int, seed: int):
-        train, prompts, heads, held_heads = [], [], set(), set()
+        train, prompts, train_prompts, heads, held_heads = [], [], [], set(), set()
         for head, block in gcide_entries(Path(src.gcide)):
             first = next((m for m in tag_re.finditer(block)
                           if any(t in tags for t in m.groups())), None)
             if first is None or tags[next(t for t in first.groups() if t in tags)] != domain:
                 continue
+            k = int(hashlib.sha256(head.encode()).hexdigest(), 16) % len(templates)
             if _held_out(head.lower(), 0.1, domain):
                 held_heads.add(head)
-                k = int(hashlib.sha256(head.encode()).hexdigest(), 16) % len(templates)
                 prompts.append(templates[k].format(w=head))
             else:
                 heads.add(head)
+                train_prompts.append(templates[k].format(w=head))
                 train.append(_clean_gcide(head, block, first.end()))
-        return train, _pick(prompts, n, seed, domain), \
+        return train, _pick(prompts, n, seed, domain), train_prompts, \
             (f"GCIDE entries whose first subject tag is one of {', '.join(own)}: "
              f"{len(heads)} headwords for training, {len(held_heads)} held out for prompts")
 
@@ -491,21 +524,23 @@ def _build_news(src: Sources, n: int, seed: int):
                 .splitlines() if len(line.split()) >= 2)
     kinds = {"news": "newspaper report", "editorial": "newspaper editorial",
              "reviews": "newspaper review"}
-    train, prompts, n_train, n_held = [], [], 0, 0
+    train, prompts, train_prompts, n_train, n_held = [], [], [], 0, 0
     for fid, cat in sorted(cats.items()):
         f = Path(src.brown) / fid
         if cat not in kinds or not f.is_file():
             continue
         sents = brown_untag(f.read_text(encoding="utf-8", errors="replace"))
-        if _held_out(fid, 0.2, "news"):
+        held = _held_out(fid, 0.2, "news")
+        for i in range(0, max(len(sents) - 2, 1), 12):  # one opening every 12 sentences
+            opening = " ".join(sents[i:i + 2])
+            ask = f"Continue this {kinds[cat]} in the same style:\n\n{opening}"
+            (prompts if held else train_prompts).append(ask)
+        if held:
             n_held += 1
-            for i in range(0, max(len(sents) - 2, 1), 12):  # one opening every 12 sentences
-                opening = " ".join(sents[i:i + 2])
-                prompts.append(f"Continue this {kinds[cat]} in the same style:\n\n{opening}")
         else:
             n_train += 1
             train.append("\n".join(sents))
-    return train, _pick(prompts, n, seed, "news"), \
+    return train, _pick(prompts, n, seed, "news"), train_prompts, \
         (f"Brown corpus press (A news, B editorial, C reviews): {n_train} files for training, "
          f"{n_held} held out for prompts")
 
@@ -536,8 +571,9 @@ def _folder(cache_dir, name: str) -> Path:
 def _complete(folder: Path) -> bool:
     try:
         meta = json.loads((folder / "meta.json").read_text())
-        return all((folder / f).is_file() and (folder / f).stat().st_size == s
-                   for f, s in meta["files"].items())
+        return meta.get("format") == _FORMAT and all(
+            (folder / f).is_file() and (folder / f).stat().st_size == s
+            for f, s in meta["files"].items())
     except (OSError, ValueError, KeyError, TypeError):
         return False
 
@@ -550,8 +586,8 @@ def _write_jsonl(path: Path, rows: Iterable[str]) -> None:
 
 def prepare_domains(cache_dir: str | os.PathLike, domains: Iterable[str] | None = None, *,
                     sources: Sources | None = None, n_prompts: int = 100,
-                    max_train_chars: int | None = 4_000_000, seed: int = 0,
-                    force: bool = False) -> dict[str, dict]:
+                    n_train_prompts: int = 300, max_train_chars: int | None = 4_000_000,
+                    seed: int = 0, force: bool = False) -> dict[str, dict]:
     """Fetch the sources (unless given) and build each domain's folder; reuse complete ones.
 
     Parameters
@@ -564,6 +600,9 @@ def prepare_domains(cache_dir: str | os.PathLike, domains: Iterable[str] | None 
         Raw material; default :func:`fetch_sources` ``(cache_dir)``.
     n_prompts : int
         Benchmark prompts kept per domain (fewer when the held-out split is smaller).
+    n_train_prompts : int
+        Training-side prompts kept per domain (same form as the benchmark prompts, drawn from
+        the training units: for self-distillation of drafters on the target's own answers).
     max_train_chars : int or None
         Cap on training characters per domain (~4 characters per token).
     seed : int
@@ -584,7 +623,9 @@ def prepare_domains(cache_dir: str | os.PathLike, domains: Iterable[str] | None 
         raise FileNotFoundError("domain sources not found: " + ", ".join(sources.missing()))
     for name in todo:
         _log(f"preparing domain {name}")
-        train, prompts, split = _BUILDERS[name](sources, n_prompts, seed)
+        train, prompts, train_prompts, split = _BUILDERS[name](sources, n_prompts, seed)
+        train_prompts = _pick([t for t in train_prompts if t not in set(prompts)],
+                              n_train_prompts, seed, name + ":train")
         train = _cap([t for t in train if t.strip()], max_train_chars)
         if not train or not prompts:
             raise RuntimeError(f"domain {name}: empty training text or prompt set ({split})")
@@ -594,10 +635,13 @@ def prepare_domains(cache_dir: str | os.PathLike, domains: Iterable[str] | None 
         try:
             _write_jsonl(tmp / "train.jsonl", train)
             _write_jsonl(tmp / "prompts.jsonl", prompts)
-            files = {f: (tmp / f).stat().st_size for f in ("train.jsonl", "prompts.jsonl")}
+            _write_jsonl(tmp / "train_prompts.jsonl", train_prompts)
+            files = {f: (tmp / f).stat().st_size
+                     for f in ("train.jsonl", "prompts.jsonl", "train_prompts.jsonl")}
             meta = {"name": name, "licence": LICENCES[name], "split": split,
                     "train_docs": len(train), "train_chars": sum(map(len, train)),
-                    "prompts": len(prompts), "seed": seed, "files": files}
+                    "prompts": len(prompts), "train_prompts": len(train_prompts), "seed": seed,
+                    "files": files, "format": _FORMAT}
             (tmp / "meta.json").write_text(json.dumps(meta, indent=1))
             tmp.chmod(0o755)
             if folder.exists():
@@ -624,7 +668,7 @@ def load_domain(name: str, cache_dir: str | os.PathLike) -> Domain:
             return [json.loads(line) for line in fh]
 
     return Domain(name, rows("train.jsonl"), rows("prompts.jsonl"),
-                  json.loads((folder / "meta.json").read_text()))
+                  rows("train_prompts.jsonl"), json.loads((folder / "meta.json").read_text()))
 
 
 def load_domains(cache_dir: str | os.PathLike, names: Iterable[str] | None = None
@@ -657,20 +701,23 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--domains", default=",".join(DOMAINS),
                    help=f"comma-separated subset of {','.join(DOMAINS)}")
     p.add_argument("--n-prompts", type=int, default=100)
+    p.add_argument("--n-train-prompts", type=int, default=300)
     p.add_argument("--max-train-chars", type=int, default=4_000_000)
     p.add_argument("--force", action="store_true", help="rebuild complete domains too")
     a = p.parse_args(argv)
     try:
         metas = prepare_domains(a.cache_dir, [d for d in a.domains.split(",") if d],
-                                n_prompts=a.n_prompts, max_train_chars=a.max_train_chars,
+                                n_prompts=a.n_prompts, n_train_prompts=a.n_train_prompts,
+                                max_train_chars=a.max_train_chars,
                                 force=a.force)
     except (ValueError, FileNotFoundError, RuntimeError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
-    print(f"{'domain':10} {'train docs':>10} {'train chars':>12} {'prompts':>8}  split")
+    print(f"{'domain':10} {'train docs':>10} {'train chars':>12} {'prompts':>8} "
+          f"{'train prompts':>13}  split")
     for d, m in metas.items():
-        print(f"{d:10} {m['train_docs']:>10} {m['train_chars']:>12} {m['prompts']:>8}  "
-              f"{m['split']}")
+        print(f"{d:10} {m['train_docs']:>10} {m['train_chars']:>12} {m['prompts']:>8} "
+              f"{m['train_prompts']:>13}  {m['split']}")
     return 0
 
 

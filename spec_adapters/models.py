@@ -328,6 +328,7 @@ def _main(argv=None) -> None:  # python -m spec_adapters.models [PATH] [--thread
     p.add_argument("path", nargs="?", default=None)
     p.add_argument("--cache-dir", default=None)
     p.add_argument("--threads", type=int, default=None)
+    p.add_argument("--no-time", action="store_true", help="only load (convert once), no timing")
     a = p.parse_args(argv)
     if a.threads:
         torch.set_num_threads(a.threads)
@@ -335,7 +336,8 @@ def _main(argv=None) -> None:  # python -m spec_adapters.models [PATH] [--thread
     model, tokenizer = load_target(a.path, a.cache_dir)
     print(f"loaded in {time.perf_counter() - t:.1f} s: {type(model).__name__}, "
           f"{sum(p.numel() for p in model.parameters()) / 1e6:.1f} M parameters")
-    print(json.dumps(measure_target_speed(model, tokenizer), indent=1))
+    if not a.no_time:
+        print(json.dumps(measure_target_speed(model, tokenizer), indent=1))
 
 
 if __name__ == "__main__":

@@ -87,16 +87,21 @@ def test_prepare_builds_seven_domains_with_disjoint_prompts(tmp_path, sources):
         train_text = "\n".join(d.train)
         for p in d.prompts:
             assert p not in train_text
+        assert d.train_prompts and not set(d.train_prompts) & set(d.prompts), name
+        assert d.meta["train_prompts"] == len(d.train_prompts)
 
     code = got["code"]
     assert len(code.train) == 2 and "EXCLUDED_MARKER" not in "".join(code.train)
     assert all(p.startswith("Complete the following Python function") for p in code.prompts)
     assert {p.split("def ")[1][:2] for p in code.prompts} <= {"f0", "f1", "f2"}
+    assert code.train_prompts == [code.prompts[0].split("```python")[0]
+                                  + '```python\ndef add(a, b):\n    """Return a + b."""\n```']
 
     math = got["math"]  # templates 0 and 5 are held out (every fifth), 7 is a known-broken one
     held = {"T0", "T5"}
     assert {p.split("Template ")[1][:2] for p in math.prompts} <= held
     assert not any(t in "".join(math.train) for t in [*held, "T7"])
+    assert not any(t in "".join(math.train_prompts) for t in [*held, "T7"])
     assert any("The answer is" in t for t in math.train)
     assert "reasoning_gym" not in sys.modules  # loaded from the wheel, package never imported
 
@@ -114,6 +119,7 @@ def test_prepare_builds_seven_domains_with_disjoint_prompts(tmp_path, sources):
         words = {p.split('"')[1] for p in dom.prompts}
         heads = {t.split(":")[0] for t in dom.train}
         assert words and not words & heads
+        assert {p.split('"')[1] for p in dom.train_prompts} <= heads
         assert all(w.startswith(name[:4] + "word") or name == "chemistry" for w in words)
         assert all(f"in {name}" in t for t in dom.train if t.startswith(name[:4] + "word"))
     chem = "\n".join(got["chemistry"].train)
@@ -147,6 +153,11 @@ def test_rerun_reuses_complete_domains_and_rebuilds_damaged_ones(tmp_path, sourc
     prepare_domains(cache, ["news"], sources=sources, n_prompts=3)
     assert load_domain("news", cache).train
     assert sorted(p.name for p in (cache / "domains").iterdir()) == ["math", "news"]
+
+    meta = cache / "domains" / "math" / "meta.json"  # a folder in an older layout: rebuilt
+    meta.write_text(meta.read_text().replace('"format": 2', '"format": 1'))
+    prepare_domains(cache, ["math"], sources=sources, n_prompts=3)
+    assert json.loads(meta.read_text())["format"] == 2
 
 
 def test_unknown_domain_is_a_clear_error(tmp_path, sources, capsys):
@@ -228,6 +239,6 @@ def test_prepared_files_are_jsonl_of_strings(tmp_path, sources):
     prepare_domains(tmp_path, ["sql"], sources=sources, n_prompts=2)
     folder = tmp_path / "domains" / "sql"
     meta = json.loads((folder / "meta.json").read_text())
-    assert set(meta["files"]) == {"train.jsonl", "prompts.jsonl"}
+    assert set(meta["files"]) == {"train.jsonl", "prompts.jsonl", "train_prompts.jsonl"}
     rows = [json.loads(x) for x in (folder / "prompts.jsonl").read_text().splitlines()]
     assert rows and all(isinstance(r, str) for r in rows)
