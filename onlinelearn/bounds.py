@@ -147,6 +147,8 @@ def delayed_hedge_bound(n: int, T: int, eta: float, D: float) -> float:
     vector in ``[0, eta]`` moves ``<p, l>`` (``l`` in [0, 1]^n) by at most ``tanh(eta / 4)``
     (worst case: two-point support), so ``sum_t <p_t - p*_t, l_t> <= tanh(eta/4) D``, and
     ``tanh(eta/4) <= eta/4 <= (e^eta - 1)/2``. Add PLG Theorem 2.2 for ``p*``. The constant
-    ``(e^eta - 1)/2`` is valid but about twice ``tanh(eta/4)`` for small ``eta``.
+    ``(e^eta - 1)/2`` is valid but about twice ``tanh(eta/4)`` for small ``eta``; tilting by
+    all ``d_t`` missing losses of round ``t`` at once gives the tighter
+    ``sum_t tanh(eta d_t / 4)``.
     """
     return hedge_fixed_bound(n, T, eta) + (math.exp(eta) - 1.0) * D / 2.0
