@@ -71,11 +71,12 @@ def _backoff(base: torch.Tensor, matches: Iterable[tuple[torch.Tensor, torch.Ten
     """Interpolated Witten-Bell recursion, lowest order first (see the module docstring).
 
     ``matches`` yields, for n = 1, 2, ... while the context is found, the tokens following the
-    order-``n`` context and their counts. Returns log-probabilities (V,).
+    order-``n`` context and their counts (a token may appear more than once: its counts add up).
+    Returns log-probabilities (V,).
     """
     p = base
     for toks, counts in matches:
-        total, types = float(counts.sum()), float(len(counts))
+        total, types = float(counts.sum()), float(torch.unique(toks).numel())
         p = p * (types / (total + types))
         p.index_add_(0, toks, counts.to(p.dtype) / (total + types))
     return p.log()
@@ -86,6 +87,32 @@ def _check_ids(ids: torch.Tensor, vocab_size: int, what: str) -> list[int]:
     if ids.numel() and (int(ids.min()) < 0 or int(ids.max()) >= vocab_size):
         raise ValueError(f"{what} has token ids outside [0, {vocab_size})")
     return [int(t) for t in ids.tolist()]
+
+
+class _ContextCounts:
+    """n-gram counts (n = 1..max_n) of the verified context, updated one token at a time, and
+    the lookup of a trailing n-gram among them *and* among the pending drafts."""
+
+    def __init__(self, max_n: int) -> None:
+        self.max_n = max_n
+        self.counts: list[dict] = [defaultdict(lambda: defaultdict(int)) for _ in range(max_n)]
+
+    def observe(self, context: list[int]) -> None:
+        """``context[-1]`` was just appended: count it after each n-gram ending before it."""
+        L = len(context) - 1
+        token = context[-1]
+        for n in range(1, min(self.max_n, L) + 1):
+            self.counts[n - 1][tuple(context[L - n:L])][token] += 1
+
+    def lookup(self, context: list[int], committed: int, n: int) -> dict[int, int]:
+        """Continuations of ``context[-n:]``: counted ones plus those whose next token is one of
+        the drafts ``context[committed:]`` (so a draft can continue a copy)."""
+        key = tuple(context[-n:])
+        found = dict(self.counts[n - 1].get(key, {}))
+        for end in range(max(committed, n), len(context)):
+            if tuple(context[end - n:end]) == key:
+                found[context[end]] = found.get(context[end], 0) + 1
+        return found
 
 
 class _ContextDrafter:
@@ -170,13 +197,19 @@ class NGramDrafter(_ContextDrafter):
     alpha : float
         Add-``alpha`` smoothing of the unigram base (every token gets mass).
     name : str
+    context_weight : float, default 0
+        When > 0, the n-grams of the current query's own context (and pending drafts) are
+        counted too, each occurrence weighing ``context_weight`` corpus occurrences: REST's
+        datastore and prompt lookup in one distribution. 0 is pure corpus retrieval.
     """
 
     def __init__(self, vocab_size: int, tables, unigram: np.ndarray, alpha: float = 0.1,
-                 name: str = "ngram") -> None:
+                 name: str = "ngram", context_weight: float = 0.0) -> None:
         super().__init__()
-        if vocab_size < 1 or alpha <= 0:
-            raise ValueError("vocab_size must be >= 1 and alpha > 0")
+        if vocab_size < 1 or alpha <= 0 or context_weight < 0:
+            raise ValueError("need vocab_size >= 1, alpha > 0 and context_weight >= 0")
+        self.context_weight = float(context_weight)
+        self._ctx_counts: _ContextCounts | None = None
         unigram = np.asarray(unigram, dtype=np.float64)
         if unigram.shape != (vocab_size,):
             raise ValueError(f"unigram must have shape ({vocab_size},), got {unigram.shape}")
@@ -194,12 +227,21 @@ class NGramDrafter(_ContextDrafter):
 
     def __repr__(self) -> str:
         return (f"NGramDrafter({self.name!r}, vocab_size={self.vocab_size}, order={self.order}, "
-                f"tokens={self.n_tokens})")
+                f"tokens={self.n_tokens}, context_weight={self.context_weight})")
+
+    def start(self, prompt_ids: torch.LongTensor) -> None:
+        self._ctx_counts = _ContextCounts(self.order) if self.context_weight > 0 else None
+        super().start(prompt_ids)
+
+    def _observe(self, token: int) -> None:
+        if self._ctx_counts is not None:
+            self._ctx_counts.observe(self._context)
 
     # ---------------------------------------------------------------- building
     @classmethod
     def from_corpus(cls, documents: Sequence[Sequence[int]] | np.ndarray, vocab_size: int, *,
-                    order: int = 4, alpha: float = 0.1, name: str = "ngram") -> NGramDrafter:
+                    order: int = 4, alpha: float = 0.1, name: str = "ngram",
+                    context_weight: float = 0.0) -> NGramDrafter:
         """Count every n-gram (n = 1..order contexts) of a tokenised corpus.
 
         Parameters
@@ -209,7 +251,7 @@ class NGramDrafter(_ContextDrafter):
         vocab_size : int
         order : int
             Longest context length used (>= 1).
-        alpha, name
+        alpha, name, context_weight
             See the class.
 
         Complexity: one ``O(L log L)`` sort per order for ``L`` corpus tokens.
@@ -248,7 +290,8 @@ class NGramDrafter(_ContextDrafter):
             ctx_at = np.flatnonzero(new_ctx)
             offsets = np.append(ctx_at, len(pkeys))
             tables.append((pkeys[ctx_at], offsets, ptoks, counts))
-        return cls(vocab_size, tables, unigram, alpha=alpha, name=name)
+        return cls(vocab_size, tables, unigram, alpha=alpha, name=name,
+                   context_weight=context_weight)
 
     @classmethod
     def from_texts(cls, texts: Iterable[str], tokenizer, *, vocab_size: int | None = None,
@@ -266,7 +309,8 @@ class NGramDrafter(_ContextDrafter):
         path = Path(path)
         arrays = {"unigram": self._unigram.numpy(), "meta": np.array(json.dumps({
             "vocab_size": self.vocab_size, "order": self.order, "alpha": self.alpha,
-            "name": self.name, "n_tokens": self.n_tokens, "format": 1}))}
+            "name": self.name, "n_tokens": self.n_tokens, "format": 1,
+            "context_weight": self.context_weight}))}
         for n, (k, o, t, c) in enumerate(self.tables, start=1):
             arrays |= {f"keys{n}": k, f"offsets{n}": o, f"tokens{n}": t.numpy(),
                        f"counts{n}": c.numpy()}
@@ -288,28 +332,51 @@ class NGramDrafter(_ContextDrafter):
         except (OSError, KeyError, ValueError) as err:
             raise ValueError(f"{path} is not a saved NGramDrafter: {err}") from err
         obj = cls(meta["vocab_size"], tables, np.ones(meta["vocab_size"]), alpha=meta["alpha"],
-                  name=meta["name"])
+                  name=meta["name"], context_weight=meta.get("context_weight", 0.0))
         obj._unigram = torch.as_tensor(unigram_p, dtype=torch.float32)
         obj.n_tokens = int(meta["n_tokens"])
         return obj
 
     # ---------------------------------------------------------------- the model
+    def _corpus_match(self, context: list[int], n: int):
+        keys, offsets, toks, counts = self.tables[n - 1]
+        key = np.uint64(_key_of(context[-n:], self.base))
+        i = int(np.searchsorted(keys, key))
+        if i == len(keys) or keys[i] != key:
+            return None
+        a, b = int(offsets[i]), int(offsets[i + 1])
+        return toks[a:b], counts[a:b]
+
     def _matches(self, context: list[int]):
+        # a longer context can only match where its suffix did: stop at the first miss
+        own = self._ctx_counts if self._context is not None else None
+        corpus_alive, own_alive = True, own is not None
         for n in range(1, min(self.order, len(context)) + 1):
-            keys, offsets, toks, counts = self.tables[n - 1]
-            key = np.uint64(_key_of(context[-n:], self.base))
-            i = int(np.searchsorted(keys, key))
-            if i == len(keys) or keys[i] != key:
-                return  # a longer context cannot match either (its suffix did not)
-            a, b = int(offsets[i]), int(offsets[i + 1])
-            yield toks[a:b], counts[a:b]
+            hit = self._corpus_match(context, n) if corpus_alive else None
+            found = own.lookup(context, len(self._context), n) if own_alive else {}
+            corpus_alive, own_alive = hit is not None, bool(found)
+            if not (corpus_alive or own_alive):
+                return
+            toks = [hit[0]] if hit else []
+            counts = [hit[1]] if hit else []
+            if found:
+                toks.append(torch.tensor(list(found), dtype=torch.long))
+                counts.append(self.context_weight
+                              * torch.tensor(list(found.values()), dtype=torch.float32))
+            yield torch.cat(toks), torch.cat(counts)
 
     def _logits(self, context: list[int]) -> torch.Tensor:
         return _backoff(self._unigram.clone(), self._matches(context))
 
     def log_probs(self, context: Sequence[int]) -> torch.Tensor:
-        """Smoothed next-token log-probabilities (V,) after ``context``."""
-        return self._logits([int(t) for t in context])
+        """Smoothed next-token log-probabilities (V,) after ``context``, from the corpus alone
+        (the query's own n-grams, when ``context_weight > 0``, enter only via the Drafter
+        verbs)."""
+        saved, self._context = self._context, None
+        try:
+            return self._logits([int(t) for t in context])
+        finally:
+            self._context = saved
 
 
 class PromptLookupDrafter(_ContextDrafter):
@@ -336,32 +403,21 @@ class PromptLookupDrafter(_ContextDrafter):
         self.vocab_size = int(vocab_size)
         self.max_ngram = int(max_ngram)
         self.name = name
-        self._counts: list[dict] = []
+        self._counts: _ContextCounts | None = None
 
     def __repr__(self) -> str:
         return f"PromptLookupDrafter(vocab_size={self.vocab_size}, max_ngram={self.max_ngram})"
 
     def start(self, prompt_ids: torch.LongTensor) -> None:
-        self._counts = [defaultdict(lambda: defaultdict(int)) for _ in range(self.max_ngram)]
+        self._counts = _ContextCounts(self.max_ngram)
         super().start(prompt_ids)
 
     def _observe(self, token: int) -> None:
-        # record `token` as the continuation of each of the n-grams that end just before it
-        ctx = self._context
-        L = len(ctx) - 1  # ctx[-1] is `token`
-        for n in range(1, min(self.max_ngram, L) + 1):
-            self._counts[n - 1][tuple(ctx[L - n:L])][token] += 1
+        self._counts.observe(self._context)
 
     def _matches(self, context: list[int]):
-        committed = self._context
-        extra = context[len(committed):]  # drafts: their n-grams are looked up, not counted
         for n in range(1, min(self.max_ngram, len(context)) + 1):
-            found = dict(self._counts[n - 1].get(tuple(context[-n:]), {}))
-            # occurrences ending inside the drafts also count (so a draft can continue a copy)
-            full = committed + extra
-            for end in range(max(len(committed), n), len(full)):
-                if tuple(full[end - n:end]) == tuple(context[-n:]):
-                    found[full[end]] = found.get(full[end], 0) + 1
+            found = self._counts.lookup(context, len(self._context), n)
             if not found:
                 return
             yield (torch.tensor(list(found.keys()), dtype=torch.long),

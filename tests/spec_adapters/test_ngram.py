@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import math
+import tempfile
 from collections import Counter
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -201,3 +203,47 @@ def test_prompt_lookup_copies_from_the_prompt_and_from_its_own_drafts():
 def test_both_drafters_satisfy_the_protocol(corpus):
     assert isinstance(NGramDrafter.from_corpus(corpus, 16), Drafter)
     assert isinstance(PromptLookupDrafter(16), Drafter)
+
+
+def naive_corpus_plus_context(docs, context, V, order, base, w):
+    """Reference for context_weight > 0: corpus counts + w * counts inside the context."""
+    p = list(base)
+    for n in range(1, min(order, len(context)) + 1):
+        h = tuple(context[-n:])
+        follow = Counter()
+        for d, weight in [*((d, 1.0) for d in docs), (context, w)]:
+            for i in range(len(d) - n):
+                if tuple(d[i:i + n]) == h:
+                    follow[d[i + n]] += weight
+        if not follow:
+            break
+        C, T = sum(follow.values()), len(follow)
+        p = [(follow[x] + T * p[x]) / (C + T) for x in range(V)]
+    return p
+
+
+def test_context_weight_adds_the_querys_own_ngrams(corpus):
+    V, order, alpha, w = 16, 3, 0.5, 2.0
+    d = NGramDrafter.from_corpus(corpus, V, order=order, alpha=alpha, context_weight=w)
+    base = unigram_base(corpus, V, alpha)
+    ctx = [9, 10, 9, 10, 12, 13, 14, 9, 10, 9, 10, 12]
+    d.start(torch.tensor(ctx[:4]))
+    rows = d.extend(torch.tensor(ctx[4:]))
+    for j in range(len(ctx) - 4):
+        want = naive_corpus_plus_context(corpus, ctx[:4 + j], V, order, base, w)
+        np.testing.assert_allclose(rows[j].exp().double().numpy(), want, rtol=1e-5, atol=1e-7)
+    # pure corpus drafter: the query's repeats do not count
+    plain = NGramDrafter.from_corpus(corpus, V, order=order, alpha=alpha)
+    plain.start(torch.tensor(ctx[:4]))
+    np.testing.assert_allclose(plain.extend(torch.tensor(ctx[4:]))[-1].exp().double().numpy(),
+                               naive_witten_bell(corpus, ctx[:-1], V, order, base), rtol=1e-5)
+    # round trip keeps the weight
+    assert NGramDrafter.load(d.save(Path(tempfile.mkdtemp()) / "d.npz")).context_weight == w
+
+
+def test_context_weight_lets_greedy_drafts_copy_the_prompt():
+    V = 40
+    d = NGramDrafter.from_corpus([[1, 2, 3, 4]], V, order=2, context_weight=5.0)
+    d.start(torch.tensor([30, 31, 32, 33, 20, 30, 31]))
+    tokens, _ = d.propose(3, GREEDY, None)
+    assert tokens.tolist() == [32, 33, 20]
