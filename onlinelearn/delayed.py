@@ -419,7 +419,7 @@ class OnArrival(_SingleLearner):
 
 
 class BOLD(DelayedLearner):
-    r"""Black-box Online Learning under Delayed feedback (Joulani et al., ICML 2013, Alg. 1).
+    r"""Black-box Online Learning under Delayed feedback (BOLD; Joulani et al., ICML 2013).
 
     A pool of copies of the base learner, made by ``factory()``. Each round is played by the
     lowest-index copy that is not waiting for feedback (a new copy is created when all are
@@ -574,10 +574,11 @@ class QPMD(_SingleLearner):
     done eagerly; the order of base updates and draws is the same as doing it at the next play),
     so between calls either nothing is pending or the pending action's queue is empty. The base
     learner thus sees one fresh i.i.d. outcome of each action it chose, as in the undelayed
-    problem, and (Joulani et al., Thm 6) :math:`E[R_T] \le E[R_{\text{base}}(T)] + \sum_i
+    problem, and Joulani et al. bound :math:`E[R_T] \le E[R_{\text{base}}(T)] + \sum_i
     \Delta_i E[G^*_{i,T}]` with :math:`G^*_{i,T}` the largest number of outstanding rounds of
-    action :math:`i`: delay costs additively. The guarantee is for stochastic (i.i.d.) losses
-    only; use :class:`BOLD` against an adversary.
+    action :math:`i`: delay costs additively (constant marked [check] in REFERENCES.md; here
+    only a seeded sanity check with UCB1, see docs/delayed.md). The guarantee is for
+    stochastic (i.i.d.) losses only; use :class:`BOLD` against an adversary.
 
     Full information. The feedback of a round is the whole loss vector; it is queued under the
     action *played in that round* and popped when the base learner next chooses that action, so

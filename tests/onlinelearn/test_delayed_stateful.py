@@ -224,6 +224,10 @@ class OnArrivalMachine(DelayedMachine):
         return OnArrival(self.spy_cls())
 
     @invariant()
+    def weights_are_the_learners(self):
+        assert np.array_equal(self.dl.weights, self.dl.learner.weights)
+
+    @invariant()
     def every_feed_applied_in_arrival_order(self):
         assert updates(self.dl.learner) == self.fed
         if not self.dl.full_information:
@@ -262,6 +266,13 @@ class BOLDMachine(DelayedMachine):
         for j, copy in enumerate(self.dl.pool):
             assert updates(copy) == self.expected.get(j, [])
         assert self.dl.owners == self.owner
+
+    @invariant()
+    def weights_are_those_of_the_next_player(self):
+        busy = set(self.owner.values())
+        j = min(set(range(len(busy) + 1)) - busy)
+        nxt = self.dl.pool[j] if j < len(self.dl.pool) else self.spy_cls()
+        assert np.array_equal(self.dl.weights, nxt.weights)
 
     @invariant()
     def pool_is_as_large_as_the_most_rounds_outstanding(self):
@@ -321,6 +332,13 @@ class QPMDMachine(DelayedMachine):
         assert self.dl.pending == self.pending
         assert self.dl.queued == {a: q for a, q in sorted(self.queues.items()) if q}
         assert self.pending is None or not self.queues.get(self.pending)
+
+    @invariant()
+    def weights_are_the_next_first_draw(self):
+        if self.pending is None:
+            assert np.array_equal(self.dl.weights, self.dl.learner.weights)
+        else:
+            assert np.array_equal(self.dl.weights, np.eye(N)[self.pending])
 
     @invariant()
     def used_feedback_is_fifo_per_action(self):
