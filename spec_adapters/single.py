@@ -31,7 +31,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from spec_adapters.drafters import as_drafter, check_vocab
+from spec_adapters.drafters import as_drafter, check_vocab, expand_drafters
 from spec_adapters.policies import FixedPolicy, bandit_loss, make_policy
 from spec_adapters.rounds import LOSSES, RoundTable, position_stats
 from spec_adapters.sampling import SamplingConfig, speculative_accept
@@ -104,8 +104,10 @@ class HedgeSpecDecoder:
     target : transformers.PreTrainedModel or TargetModel
         The causal LM whose distribution is reproduced exactly.
     drafters : list
-        :class:`~spec_adapters.drafters.Drafter` objects or transformers causal LMs (wrapped as
-        :class:`~spec_adapters.drafters.HFDrafter`); all share the target's vocabulary.
+        :class:`~spec_adapters.drafters.Drafter` objects, transformers causal LMs (wrapped as
+        :class:`~spec_adapters.drafters.HFDrafter`) or
+        :class:`~spec_adapters.drafters.StackedHFDrafters` groups (expanded into their members,
+        evaluated in one batched pass); all share the target's vocabulary.
     draft_length : int, default 5
         ``K >= 1`` tokens drafted per round.
     policy : str or learner, default "normalhedge"
@@ -135,7 +137,7 @@ class HedgeSpecDecoder:
         if loss not in LOSSES:
             raise ValueError(f"unknown loss {loss!r}; expected one of {LOSSES}")
         self.target = target if isinstance(target, TargetModel) else TargetModel(target)
-        self.drafters = [as_drafter(d, i) for i, d in enumerate(drafters)]
+        self.drafters = [as_drafter(d, i) for i, d in enumerate(expand_drafters(drafters))]
         check_vocab(self.drafters, self.target.vocab_size)
         self.k, self.loss, self.carry_state = int(draft_length), loss, carry_state
         self.oracle = isinstance(policy, str) and policy.strip().lower() == "oracle"

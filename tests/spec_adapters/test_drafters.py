@@ -69,3 +69,39 @@ def test_vocab_mismatch_names_the_drafter(tiny_llama):
     with pytest.raises(ValueError, match=r"vocabulary size mismatch.*'big' \(80\)"):
         check_vocab(ds, 64)
     check_vocab(ds[:1], 64)
+
+
+def test_stacked_drafters_equal_separate_ones(tiny_llama):
+    from spec_adapters.drafters import StackedHFDrafters
+
+    models = [tiny_llama(vocab_size=64, seed=s) for s in (3, 4, 5)]
+    group = StackedHFDrafters(models)
+    singles = [HFDrafter(m) for m in models]
+    prompt = torch.tensor([1, 9, 17, 4])
+    sampling = SamplingConfig(temperature=0.9)
+    for d in [*group, *singles]:
+        d.start(prompt)
+    # member 1 lags behind (lazy catch-up), the others extend chunk by chunk
+    for chunk in ([5, 6], [7], [8, 9, 10]):
+        for i in (0, 2):
+            torch.testing.assert_close(group[i].extend(torch.tensor(chunk)),
+                                       singles[i].extend(torch.tensor(chunk)),
+                                       atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(group[1].extend(torch.tensor([5, 6, 7, 8, 9, 10])),
+                               singles[1].extend(torch.tensor([5, 6, 7, 8, 9, 10])),
+                               atol=1e-5, rtol=1e-5)
+    for i in range(3):
+        tok_a, q_a = group[i].propose(3, sampling, torch.Generator().manual_seed(i))
+        tok_b, q_b = singles[i].propose(3, sampling, torch.Generator().manual_seed(i))
+        assert tok_a.tolist() == tok_b.tolist()
+        torch.testing.assert_close(q_a, q_b, atol=1e-5, rtol=1e-5)
+    with pytest.raises(ValueError, match="differ"):
+        group[0].extend(torch.tensor([11]))
+        group[1].extend(torch.tensor([12]))
+
+
+def test_stacking_different_architectures_is_rejected(tiny_llama):
+    from spec_adapters.drafters import StackedHFDrafters
+
+    with pytest.raises(ValueError, match="cannot stack drafter 1"):
+        StackedHFDrafters([tiny_llama(vocab_size=64), tiny_llama(vocab_size=64, hidden_size=64)])

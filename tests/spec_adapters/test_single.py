@@ -196,3 +196,17 @@ def test_bad_generate_input_changes_nothing(models, ids, kwargs, match):
     # the decoder still works and is still exact
     out = dec.generate(good, max_new_tokens=10, seed=1)
     assert out.sequences.tolist() == _reference(target, good, 10).tolist()
+
+
+@pytest.mark.parametrize("policy", ["normalhedge", "ucbspec"])
+def test_stacked_drafters_give_the_same_generation(models, policy):
+    from spec_adapters.drafters import StackedHFDrafters
+
+    target, drafters = models
+    ids = torch.tensor([[1, 8, 9, 10]])
+    kw = {"max_new_tokens": 20, "temperature": 1.0, "seed": 4}
+    a = HedgeSpecDecoder(target, drafters, draft_length=3, policy=policy).generate(ids, **kw)
+    b = HedgeSpecDecoder(target, [StackedHFDrafters(drafters)], draft_length=3,
+                         policy=policy).generate(ids, **kw)
+    assert a.sequences.tolist() == b.sequences.tolist()
+    assert a.stats["chosen"] == b.stats["chosen"]
