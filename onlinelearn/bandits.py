@@ -159,7 +159,8 @@ class Exp3IX(Exp3):
         R_T \le 2\sqrt{2 K T \ln K} + \Bigl(\sqrt{\tfrac{2KT}{\ln K}} + 1\Bigr)\ln(2/\delta).
 
     Without ``horizon`` and ``eta``: anytime :math:`\eta_t = 2\gamma_t = \sqrt{\ln K/(Kt)}`
-    (Neu 2015, Section 3.1). ``gamma`` defaults to ``eta / 2``.
+    (the doubling-free anytime variant; the bound above is claimed only for ``horizon=T``).
+    ``gamma`` defaults to ``eta / 2``.
 
     Parameters
     ----------
