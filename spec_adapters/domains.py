@@ -65,6 +65,7 @@ __all__ = [
     "fetch_sources",
     "load_domain",
     "load_domains",
+    "ngram_drafters",
     "prepare_domains",
 ]
 
@@ -674,6 +675,46 @@ def load_domain(name: str, cache_dir: str | os.PathLike) -> Domain:
 def load_domains(cache_dir: str | os.PathLike, names: Iterable[str] | None = None
                  ) -> dict[str, Domain]:
     return {d: load_domain(d, cache_dir) for d in _check_names(names)}
+
+
+def ngram_drafters(cache_dir: str | os.PathLike, tokenizer, names: Iterable[str] | None = None,
+                   *, vocab_size: int | None = None, order: int = 4,
+                   context_weight: float = 0.0) -> list:
+    """One :class:`~spec_adapters.ngram.NGramDrafter` per prepared domain (named
+    ``ngram-<domain>``), built from its ``train.jsonl`` and cached as
+    ``<cache_dir>/drafters/ngram-<domain>-<key>.npz``; later calls load the file (~0.1 s).
+
+    The key covers the domain's prepared files, the order and the tokenizer's vocabulary, so a
+    re-prepared domain or another tokenizer gets a fresh build. ``vocab_size`` defaults to
+    ``len(tokenizer)``; pass the target's number of logits when it differs.
+    """
+    from spec_adapters.ngram import NGramDrafter
+
+    if context_weight < 0:
+        raise ValueError(f"context_weight must be >= 0, got {context_weight}")
+    V = int(vocab_size or len(tokenizer))
+    vocab = getattr(tokenizer, "get_vocab", dict)()
+    tok_key = hashlib.sha256(json.dumps(sorted(vocab.items())).encode()).hexdigest()[:8]
+    out = []
+    for name in _check_names(names):
+        dom = load_domain(name, cache_dir)
+        key = hashlib.sha256(json.dumps([dom.meta["files"], order, V, tok_key],
+                                        sort_keys=True).encode()).hexdigest()[:12]
+        path = Path(cache_dir) / "drafters" / f"ngram-{name}-{key}.npz"
+        drafter = None
+        if path.is_file():
+            try:
+                drafter = NGramDrafter.load(path)
+            except ValueError as err:
+                _log(f"{path} is unreadable ({err}); rebuilding it")
+        if drafter is None:
+            _log(f"building the n-gram drafter of {name} ({dom.meta['train_chars']} chars)")
+            drafter = NGramDrafter.from_texts(dom.train, tokenizer, vocab_size=V, order=order,
+                                              name=f"ngram-{name}")
+            drafter.save(path)
+        drafter.context_weight = float(context_weight)
+        out.append(drafter)
+    return out
 
 
 def chat_ids(tokenizer, prompt: str, system: str | None = None):

@@ -11,6 +11,7 @@ import zipfile
 from pathlib import Path
 
 import pytest
+import torch
 
 from spec_adapters import domains as dm
 from spec_adapters.domains import (
@@ -242,3 +243,47 @@ def test_prepared_files_are_jsonl_of_strings(tmp_path, sources):
     assert set(meta["files"]) == {"train.jsonl", "prompts.jsonl", "train_prompts.jsonl"}
     rows = [json.loads(x) for x in (folder / "prompts.jsonl").read_text().splitlines()]
     assert rows and all(isinstance(r, str) for r in rows)
+
+
+class CharTokenizer:
+    """A stand-in tokenizer: one token per character (code points below 512)."""
+
+    def __len__(self):
+        return 512
+
+    def get_vocab(self):
+        return {chr(i): i for i in range(512)}
+
+    def __call__(self, texts, add_special_tokens=False):
+        return {"input_ids": [[min(ord(c), 511) for c in t] for t in texts]}
+
+
+def test_ngram_drafters_are_built_once_then_loaded(tmp_path, sources, monkeypatch):
+    from spec_adapters.ngram import NGramDrafter
+
+    cache = tmp_path / "cache"
+    prepare_domains(cache, ["sql", "news"], sources=sources, n_prompts=3)
+    tok = CharTokenizer()
+    first = dm.ngram_drafters(cache, tok, ["sql", "news"], order=3)
+    assert [d.name for d in first] == ["ngram-sql", "ngram-news"]
+    files = sorted((cache / "drafters").glob("*.npz"))
+    assert [f.name.split("-")[1] for f in files] == ["news", "sql"]
+    # the sql drafter really is the corpus model of the sql training text
+    sql_text = load_domain("sql", cache).train
+    ref = NGramDrafter.from_texts(sql_text, tok, order=3)
+    ctx = [ord(c) for c in "CREATE TA"]
+    torch.testing.assert_close(first[0].log_probs(ctx), ref.log_probs(ctx))
+
+    def no_build(*a, **k):
+        raise AssertionError("rebuilt although cached")
+
+    monkeypatch.setattr(NGramDrafter, "from_texts", no_build)
+    again = dm.ngram_drafters(cache, tok, ["sql"], order=3, context_weight=2.0)
+    assert again[0].context_weight == 2.0
+    torch.testing.assert_close(again[0].log_probs(ctx), ref.log_probs(ctx))
+    monkeypatch.undo()
+    files[1].write_bytes(b"garbage")  # a damaged file is rebuilt
+    (rebuilt,) = dm.ngram_drafters(cache, tok, ["sql"], order=3)
+    torch.testing.assert_close(rebuilt.log_probs(ctx), ref.log_probs(ctx))
+    with pytest.raises(ValueError, match="unknown domain"):
+        dm.ngram_drafters(cache, tok, ["cooking"])
