@@ -95,11 +95,12 @@ def _kept_mask(p: torch.Tensor, children: torch.Tensor, mask: torch.Tensor | Non
             f"mask {tuple(mask.shape)} must have the shape of children {tuple(children.shape)}"
         )
     V = p.shape[-1]
+    mask = mask.to(children.device)
     kept = children[mask]
     if kept.numel() and (int(kept.min()) < 0 or int(kept.max()) >= V):
         raise ValueError(f"children has kept token ids outside [0, {V})")
     lead = _broadcast_lead("p", p, "children", children)
-    return lead, children, mask
+    return lead, children.to(p.device), mask.to(p.device)
 
 
 def tree_acceptance(
