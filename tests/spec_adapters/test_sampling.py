@@ -368,3 +368,19 @@ def test_tree_children_and_errors():
         tree_accept(p, [-1, 0, 0], [0, 1, 7])
     with pytest.raises(ValueError, match="sum to 1"):
         tree_accept(p * 3, [-1, 0, 0], [0, 1, 2])
+
+
+def test_float32_inputs_and_rounding_fallback():
+    from spec_adapters.sampling import _residual
+
+    cfg = SamplingConfig(temperature=0.8, top_k=5)
+    g = torch.Generator().manual_seed(0)
+    p = cfg.probs(torch.randn(4, 40, generator=g))
+    q = cfg.probs(torch.randn(3, 40, generator=g))
+    assert p.dtype == torch.float32
+    draft = torch.multinomial(q, 1, generator=g).flatten()
+    n, nxt = speculative_accept(p, q, draft, g)
+    assert 0 <= n <= 3 and 0 <= nxt < 40 and isinstance(n, int) and isinstance(nxt, int)
+    assert float(p[n, nxt]) > 0 if n == 3 else True
+    # p == q: a rejection has probability 0, and if rounding ever rejects, resample from p
+    assert torch.equal(_residual(p[0], p[0]), p[0])
