@@ -262,6 +262,7 @@ class EagleHead(nn.Module):
     def embed(self, tokens: torch.LongTensor) -> torch.Tensor:
         if self.embed_weight is None:
             raise RuntimeError("EagleHead has no embeddings: call head.bind(target) first")
+        tokens = tokens.to(self.embed_weight.device)
         return fn.embedding(tokens, self.embed_weight).to(self.fc.weight.dtype)
 
     @torch.no_grad()
@@ -309,7 +310,8 @@ class EagleHead(nn.Module):
         q = self.q_proj(x).view(B, T, nh, d).transpose(1, 2)
         k = self.k_proj(x).view(B, T, kvh, d).transpose(1, 2)
         v = self.v_proj(x).view(B, T, kvh, d).transpose(1, 2)
-        freqs = positions.to(self.inv_freq.dtype)[:, None] * self.inv_freq[None, :]
+        positions = positions.to(device=h.device, dtype=self.inv_freq.dtype)
+        freqs = positions[:, None] * self.inv_freq[None, :]
         ang = torch.cat([freqs, freqs], dim=-1)
         cos, sin = ang.cos().to(q.dtype), ang.sin().to(q.dtype)
         q = q * cos + _rotate_half(q) * sin
@@ -319,6 +321,8 @@ class EagleHead(nn.Module):
         P = k_all.shape[2] - T
         if mask is None:
             mask = torch.ones(T, P + T, dtype=torch.bool, device=h.device).tril(P)
+        else:
+            mask = mask.to(h.device)
         rep = nh // kvh
         ka = k_all.repeat_interleave(rep, dim=1)
         va = v_all.repeat_interleave(rep, dim=1)

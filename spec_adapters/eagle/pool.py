@@ -114,7 +114,7 @@ class HeadPool:
         m = int(next_tokens.numel())
         pos = torch.arange(self.length, self.length + m)
         emb = self.heads[0].embed(next_tokens.view(-1)).unsqueeze(0)
-        feats = features.to(emb.dtype).unsqueeze(0)
+        feats = features.to(device=emb.device, dtype=emb.dtype).unsqueeze(0)
         out: list[torch.Tensor | None] = [None] * self.n
         for g, grp in enumerate(self.groups):
             pk, pv = self._gk[g], self._gv[g]
@@ -139,7 +139,7 @@ class HeadPool:
                 r = grp.members.index(i)
                 if self._gk[g] is None:
                     c = grp.heads[0].config
-                    z = torch.zeros(1, c.num_key_value_heads, 0, c.head_dim)
+                    z = grp.heads[0].fc.weight.new_zeros(1, c.num_key_value_heads, 0, c.head_dim)
                     return z, z
                 return self._gk[g][r], self._gv[g][r]
         raise IndexError(i)

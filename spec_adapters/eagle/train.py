@@ -120,7 +120,7 @@ def evaluate_head(head: EagleHead, target, tokens, seq_len: int = 128, max_token
     n_win = max(1, tokens.numel() // seq_len)
     hits = mass = count = 0.0
     for w in range(n_win):
-        ids = tokens[w * seq_len:(w + 1) * seq_len].view(1, -1)
+        ids = tokens[w * seq_len:(w + 1) * seq_len].view(1, -1).to(head.d2t.device)
         if ids.shape[1] < 3:
             break
         feats, _, _, probs = _target_pass(target, ids, head.config.feature_layers, head.d2t)
@@ -189,7 +189,8 @@ def train_head(target, corpus, out_dir=None, config: TrainConfig | None = None, 
         head = EagleHead(hcfg, d2t=d2t).init_from_target(target)
     else:
         head.bind(target)
-    head.train()
+    device = next(target.parameters()).device
+    head.to(device).train()
     opt = torch.optim.AdamW(head.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
     gen = torch.Generator().manual_seed(cfg.seed)
     step, history = 0, []
@@ -207,7 +208,7 @@ def train_head(target, corpus, out_dir=None, config: TrainConfig | None = None, 
     while step < end:
         t0 = time.perf_counter()
         starts = torch.randint(0, n_windows, (cfg.batch_size,), generator=gen)
-        ids = torch.stack([corpus[s:s + cfg.seq_len] for s in starts.tolist()])
+        ids = torch.stack([corpus[s:s + cfg.seq_len] for s in starts.tolist()]).to(device)
         lr = _lr_at(step, cfg)
         for g in opt.param_groups:
             g["lr"] = lr

@@ -144,7 +144,7 @@ def draft_tree(head, past_k, past_v, root_logits: torch.Tensor, root_hidden: tor
     tk, tv = past_k, past_v
     for d in range(2, config.depth + 1):
         n_new = len(frontier)
-        toks = d2t[torch.tensor([draft_id[c] for c in frontier])]
+        toks = d2t[torch.tensor([draft_id[c] for c in frontier], device=d2t.device)]
         h_in = torch.stack([hidden[parent[c]] for c in frontier]).unsqueeze(0)
         emb = head.embed(toks).unsqueeze(0)
         pos = torch.full((n_new,), P + d - 2, dtype=torch.long)
