@@ -151,12 +151,16 @@ def draft_tree(head, past_k, past_v, root_logits: torch.Tensor, root_hidden: tor
         base = tk.shape[2]
         mask = torch.zeros(n_new, base + n_new, dtype=torch.bool)
         mask[:, :P] = True
-        for r, c in enumerate(frontier):
+        rows, cols = [], []
+        for r, c in enumerate(frontier):  # drafted ancestors (temporary cache) and itself
             a = parent[c]
             while a > 0:
-                mask[r, temp_index[a]] = True
+                rows.append(r)
+                cols.append(temp_index[a])
                 a = parent[a]
-            mask[r, base + r] = True
+            rows.append(r)
+            cols.append(base + r)
+        mask[rows, cols] = True
         logits, z, nk, nv = head(h_in, emb, pos, tk, tv, mask)
         tk, tv = torch.cat([tk, nk], 2), torch.cat([tv, nv], 2)
         lp = torch.log_softmax(logits[0].float(), -1)
