@@ -223,7 +223,7 @@ class NGramDrafter(_ContextDrafter):
                         torch.as_tensor(np.asarray(c, np.float32))) for k, o, t, c in tables]
         u = unigram + self.alpha
         self._unigram = torch.as_tensor(u / u.sum(), dtype=torch.float32)
-        self.n_tokens = int(unigram.sum())
+        self.n_tokens = round(float(unigram.sum()))  # weighted
 
     def __repr__(self) -> str:
         return (f"NGramDrafter({self.name!r}, vocab_size={self.vocab_size}, order={self.order}, "
@@ -241,7 +241,8 @@ class NGramDrafter(_ContextDrafter):
     @classmethod
     def from_corpus(cls, documents: Sequence[Sequence[int]] | np.ndarray, vocab_size: int, *,
                     order: int = 4, alpha: float = 0.1, name: str = "ngram",
-                    context_weight: float = 0.0) -> NGramDrafter:
+                    context_weight: float = 0.0, weights: Sequence[float] | None = None
+                    ) -> NGramDrafter:
         """Count every n-gram (n = 1..order contexts) of a tokenised corpus.
 
         Parameters
@@ -253,6 +254,9 @@ class NGramDrafter(_ContextDrafter):
             Longest context length used (>= 1).
         alpha, name, context_weight
             See the class.
+        weights : sequence of float, optional
+            One weight > 0 per document: each of its n-grams counts ``weight`` times (e.g. the
+            target's own answers weighted above a raw corpus). Default 1.
 
         Complexity: one ``O(L log L)`` sort per order for ``L`` corpus tokens.
         """
@@ -260,15 +264,24 @@ class NGramDrafter(_ContextDrafter):
             raise ValueError(f"order must be >= 1, got {order}")
         if isinstance(documents, np.ndarray) and documents.ndim == 1:
             documents = [documents]
+        documents = list(documents)
+        if weights is None:
+            weights = [1.0] * len(documents)
+        weights = [float(w) for w in weights]
+        if len(weights) != len(documents) or any(not w > 0 for w in weights):
+            raise ValueError("weights must hold one positive number per document")
         sep = vocab_size
-        parts = []
-        for doc in documents:
+        parts, wparts = [], []
+        for doc, w in zip(documents, weights, strict=True):
             d = np.asarray(doc, dtype=np.int64).reshape(-1)
             if d.size and (d.min() < 0 or d.max() >= vocab_size):
                 raise ValueError(f"corpus has token ids outside [0, {vocab_size})")
             parts += [d, np.array([sep], np.int64)]
+            wparts.append(np.full(d.size + 1, w))
         flat = np.concatenate(parts) if parts else np.array([sep], np.int64)
-        unigram = np.bincount(flat[flat != sep], minlength=vocab_size)
+        wflat = np.concatenate(wparts) if wparts else np.ones(1)  # weight of each position
+        unigram = np.bincount(flat[flat != sep], weights=wflat[flat != sep],
+                              minlength=vocab_size)
         is_sep = (flat == sep).astype(np.int64)
         seps_before = np.concatenate([[0], np.cumsum(is_sep)])  # seps in flat[:i]
         tables = []
@@ -277,13 +290,13 @@ class NGramDrafter(_ContextDrafter):
             nxt = flat[n:]
             starts = np.arange(len(nxt))
             ok = (seps_before[starts + n + 1] - seps_before[starts]) == 0  # no sep in window
-            keys, nxt = keys[ok], nxt[ok]
+            keys, nxt, w = keys[ok], nxt[ok], wflat[n:][ok]
             order_idx = np.lexsort((nxt, keys))
-            keys, nxt = keys[order_idx], nxt[order_idx]
+            keys, nxt, w = keys[order_idx], nxt[order_idx], w[order_idx]
             new_pair = np.ones(len(keys), bool)
             new_pair[1:] = (keys[1:] != keys[:-1]) | (nxt[1:] != nxt[:-1])
             pair_at = np.flatnonzero(new_pair)
-            counts = np.diff(np.append(pair_at, len(keys)))
+            counts = np.add.reduceat(w, pair_at) if len(w) else np.zeros(0)
             pkeys, ptoks = keys[pair_at], nxt[pair_at]
             new_ctx = np.ones(len(pkeys), bool)
             new_ctx[1:] = pkeys[1:] != pkeys[:-1]

@@ -247,3 +247,13 @@ def test_context_weight_lets_greedy_drafts_copy_the_prompt():
     d.start(torch.tensor([30, 31, 32, 33, 20, 30, 31]))
     tokens, _ = d.propose(3, GREEDY, None)
     assert tokens.tolist() == [32, 33, 20]
+
+
+def test_document_weights_equal_repeating_the_document(corpus):
+    weighted = NGramDrafter.from_corpus(corpus[:3], 16, order=3, weights=[3.0, 1.0, 2.0])
+    repeated = NGramDrafter.from_corpus([corpus[0]] * 3 + [corpus[1]] + [corpus[2]] * 2, 16,
+                                        order=3)
+    for ctx in ([1], [2, 3], corpus[0][:5], corpus[2][-3:]):
+        torch.testing.assert_close(weighted.log_probs(ctx), repeated.log_probs(ctx))
+    with pytest.raises(ValueError, match="one positive number per document"):
+        NGramDrafter.from_corpus(corpus[:2], 16, weights=[1.0, 0.0])
