@@ -68,8 +68,15 @@ def target_fingerprint(target) -> str:
 
 
 def _target_name(target) -> str:
-    return str(getattr(target.config, "_name_or_path", "") or getattr(target, "name_or_path", "")
+    """The target's name: the last component of ``name_or_path`` (a hub id's model name or a
+    local folder's name), so a head does not depend on where the target is stored."""
+    name = str(getattr(target.config, "_name_or_path", "") or getattr(target, "name_or_path", "")
                or "")
+    return _short_name(name)
+
+
+def _short_name(name: str) -> str:
+    return name.replace("\\", "/").rstrip("/").split("/")[-1]
 
 
 def target_hidden_features(hidden_states, feature_layers) -> torch.Tensor:
@@ -241,7 +248,7 @@ class EagleHead(nn.Module):
             problems.append(f"layers {target.config.num_hidden_layers} != "
                             f"{c.target_num_layers}")
         name = _target_name(target)
-        if c.target_name and name and name != c.target_name:
+        if c.target_name and name and name != _short_name(c.target_name):
             problems.append(f"name {name!r} != {c.target_name!r}")
         if not problems and c.target_fingerprint and \
                 target_fingerprint(target) != c.target_fingerprint:

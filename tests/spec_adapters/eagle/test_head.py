@@ -131,3 +131,20 @@ def test_heads_differ_so_the_batched_test_has_power():
     seq = corpus[9, :20]
     a, b = (teacher_forced_logits(h, target, seq) for h in heads[:2])
     assert (a - b).abs().max() > 1e-2
+
+
+def test_target_name_is_location_independent(tmp_path):
+    target, _, _ = setup()
+    old = target.config._name_or_path
+    try:
+        target.config._name_or_path = "/somewhere/models/TinyTarget-abc123"
+        head = random_head(target, 16, 0)
+        assert head.config.target_name == "TinyTarget-abc123"
+        head.save_pretrained(tmp_path / "h")
+        target.config._name_or_path = "/elsewhere/cache/TinyTarget-abc123/"
+        EagleHead.from_pretrained(tmp_path / "h", target=target)  # same model, moved
+        target.config._name_or_path = "/elsewhere/cache/OtherTarget"
+        with pytest.raises(ValueError, match="name 'OtherTarget' != 'TinyTarget-abc123'"):
+            EagleHead.from_pretrained(tmp_path / "h", target=target)
+    finally:
+        target.config._name_or_path = old
