@@ -78,3 +78,24 @@ def test_bad_training_input_is_a_value_error(data):
         TrainConfig(steps=0)
     with pytest.raises(ValueError, match="fewer than seq_len"):
         train_head(target, corpus[:10], None, TrainConfig(steps=1, **CFG), progress=False)
+
+
+def test_command_line_trains_and_resumes(data, tmp_path, capsys):
+    from spec_adapters.eagle.train import main
+
+    target, corpus, held = data
+    target.save_pretrained(tmp_path / "target")
+    torch.save(corpus, tmp_path / "corpus.pt")
+    (tmp_path / "held.txt").write_text(" ".join(map(str, held.tolist())))
+    argv = ["--corpus", str(tmp_path / "corpus.pt"), "--heldout", str(tmp_path / "held.txt"),
+            "--out", str(tmp_path / "head"), "--target", str(tmp_path / "target"),
+            "--steps", "3", "--batch-size", "2", "--seq-len", "16", "--draft-vocab-size", "32",
+            "--eval-every", "3", "--no-progress"]
+    assert main(argv) == 0
+    assert '"step": 3' in capsys.readouterr().out
+    head = EagleHead.from_pretrained(tmp_path / "head", target=target)
+    assert head.d2t.numel() == 32
+    # the same command with more steps continues from the checkpoint (one more step)
+    assert main([a if a != "3" else "4" for a in argv]) == 0
+    out = capsys.readouterr().out
+    assert '"step": 4' in out
