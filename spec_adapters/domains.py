@@ -416,6 +416,24 @@ def _text(fragment: str) -> str:
     return " ".join(html.unescape(re.sub(r"<[^>]+>", "", fragment)).split())
 
 
+_IMPERATIVE = {"add", "alter", "attach", "change", "create", "define", "delete", "detach",
+               "drop", "find", "grant", "insert", "lock", "modify", "move", "remove", "rename",
+               "replace", "reset", "revoke", "select", "set", "show", "truncate", "update"}
+
+
+def _sql_task(caption: str) -> str | None:
+    """The task of a manual caption introducing an example: "To do X:" or an imperative
+    "Do X:" (lower-cased, without the colon); ``None`` for any other caption."""
+    if not caption.endswith(":") or len(caption) > 300:
+        return None
+    if caption.startswith("To "):
+        return caption[3:-1].strip()
+    first = caption.split(" ", 1)[0]
+    if first.lower() in _IMPERATIVE and first[0].isupper():
+        return (first.lower() + caption[len(first):-1]).strip()
+    return None
+
+
 def _build_sql(src: Sources, n: int, seed: int):
     train, prompts, train_prompts, pages, held_pages = [], [], [], 0, 0
     seen: set[str] = set()
@@ -428,10 +446,10 @@ def _build_sql(src: Sources, n: int, seed: int):
             if not _SQL_START.match(sql):
                 continue
             cap = _text(caption)
-            is_task = cap.startswith("To ") and cap.endswith(":") and len(cap) < 300
+            task = _sql_task(cap)
+            is_task = task is not None
             if is_task:
-                ask = (f"Write a PostgreSQL statement to {cap[3:-1].strip()}. "
-                       "Reply with the SQL in a code block.")
+                ask = f"Write a PostgreSQL statement to {task}. Reply with the SQL in a code block."
                 (prompts if held else train_prompts).append(ask)
             if not held and sql not in seen:
                 seen.add(sql)
@@ -442,7 +460,7 @@ def _build_sql(src: Sources, n: int, seed: int):
         held_pages += held
     return train, _pick(prompts, n, seed, "sql"), train_prompts, \
         (f"PostgreSQL manual: SQL examples of {pages - held_pages} pages for training; "
-         f"'To ...:' examples of {held_pages} held-out pages as prompts")
+         f"'To ...:' / 'Create ...:' examples of {held_pages} held-out pages as prompts")
 
 
 _ENTRY_HEAD = re.compile(r"^(\S[^\\\n]*?) \\[^\\]*\\", re.M)

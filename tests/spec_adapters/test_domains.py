@@ -54,7 +54,8 @@ def sources(tmp_path) -> Sources:
             f'<p>\n   To create the table <code class="literal">t{i}</code>:\n</p>'
             f'<pre class="programlisting">\nCREATE TABLE t{i} (id int PRIMARY KEY);\n</pre>'
             f'<p>Then query it:</p><pre class="programlisting">SELECT id FROM t{i};</pre>'
-            f'<p>Shell:</p><pre class="programlisting">$ psql -c x{i}</pre>')
+            f'<p>Shell:</p><pre class="programlisting">$ psql -c x{i}</pre>'
+            f'<p>Drop the table t{i}:</p><pre class="programlisting">DROP TABLE t{i};</pre>')
 
     text = (FIX / "gcide_sample.txt").read_text()
     for domain, tag in GCIDE_FIELD.items():
@@ -107,8 +108,11 @@ def test_prepare_builds_seven_domains_with_disjoint_prompts(tmp_path, sources):
     assert "reasoning_gym" not in sys.modules  # loaded from the wheel, package never imported
 
     sql = got["sql"]
-    assert all(p.startswith("Write a PostgreSQL statement to create the table t") for p in
-               sql.prompts)
+    assert all(p.startswith(("Write a PostgreSQL statement to create the table t",
+                             "Write a PostgreSQL statement to drop the table t"))
+               for p in sql.prompts)
+    assert any(p.startswith("Write a PostgreSQL statement to drop") for p in
+               sql.prompts + sql.train_prompts)
     held_tables = {p.split("table t")[1].split(".")[0] for p in sql.prompts}
     assert not any(f"CREATE TABLE t{i} " in "".join(sql.train) for i in held_tables)
     assert "ALTER TABLE distributors ADD COLUMN address varchar(30);" in "".join(sql.train) or \
