@@ -99,3 +99,24 @@ def test_command_line_trains_and_resumes(data, tmp_path, capsys):
     assert main([a if a != "3" else "4" for a in argv]) == 0
     out = capsys.readouterr().out
     assert '"step": 4' in out
+
+
+def test_draft_row_distillation_target_is_the_renormalised_restriction(data):
+    from spec_adapters.eagle.train import _target_pass, _target_pass_draft_rows
+
+    target, corpus, _ = data
+    d2t = torch.tensor([0, 3, 4, 9, 17, 40, 41, 95])
+    ids = corpus[:40].view(2, 20)
+    f1, l1, _, full = _target_pass(target, ids, (1, 2), d2t)
+    f2, l2, p2, _ = _target_pass_draft_rows(target, ids, (1, 2), d2t)
+    restricted = full[..., d2t]
+    torch.testing.assert_close(p2, restricted / restricted.sum(-1, keepdim=True))
+    torch.testing.assert_close(f1, f2)
+    torch.testing.assert_close(l1, l2)
+    # the full-vocabulary variant trains as well (and differently)
+    a, _ = train_head(target, corpus, None, TrainConfig(steps=3, **CFG), progress=False,
+                      log=None)
+    b, _ = train_head(target, corpus, None,
+                      TrainConfig(steps=3, full_vocab_distill=True, **CFG), progress=False,
+                      log=None)
+    assert not torch.equal(a.lm_head.weight, b.lm_head.weight)
