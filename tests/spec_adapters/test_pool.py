@@ -1,0 +1,104 @@
+"""Drafter pool cache: build, reuse, corrupt entry -> clear message + rebuild, nothing
+half-written; tiny target and tiny prepared domains on disk (real loading code)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from spec_adapters.domains import load_domains
+from spec_adapters.models import load_target
+from spec_adapters.ngram import NGramDrafter, PromptLookupDrafter
+from spec_adapters.pool import PoolConfig, PoolCorruptError, build_pool, load_pool
+
+from .bench_fixtures import make_target_folder, write_domains
+
+DOMS = ("code", "math", "news")
+
+
+@pytest.fixture(scope="module")
+def setup(tmp_path_factory):
+    torch.set_num_threads(1)
+    root = tmp_path_factory.mktemp("pool")
+    folder = make_target_folder(root)
+    write_domains(root / "cache", DOMS)
+    model, tok = load_target(folder, root / "cache")
+    return root, model, tok
+
+
+def _cfg(**kw):
+    return PoolConfig(domains=DOMS, max_train_tokens=2000, answers_per_domain=2, answer_tokens=4,
+                      **kw)
+
+
+def test_pool_builds_loads_and_reuses(setup, capsys):
+    root, model, tok = setup
+    cache = root / "cache"
+    pool = load_pool(model, tok, cache, _cfg(), progress=False)
+    assert pool.names == ["ngram-code", "ngram-math", "ngram-news", "ngram-general",
+                          "prompt-lookup"]
+    assert all(isinstance(d, NGramDrafter) for d in pool.drafters[:4])
+    assert isinstance(pool.drafters[-1], PromptLookupDrafter)
+    assert pool.specialist("math") == 1 and pool.generalist == 3
+    assert pool.domain_of["ngram-news"] == "news" and pool.domain_of["ngram-general"] is None
+    # equal training budget: the generalist saw no more tokens than a specialist
+    assert pool.drafters[3].n_tokens <= 1.2 * max(d.n_tokens for d in pool.drafters[:3])
+    mtimes = {p.name: p.stat().st_mtime_ns for p in pool.folder.iterdir()}
+    capsys.readouterr()
+    again = load_pool(model, tok, cache, _cfg(), progress=False)
+    assert {p.name: p.stat().st_mtime_ns for p in again.folder.iterdir()} == mtimes
+    assert "built" not in capsys.readouterr().err
+    assert not [p for p in pool.folder.iterdir() if ".tmp" in p.name]
+
+
+def test_corrupt_entry_is_reported_and_rebuilt(setup, capsys):
+    root, model, tok = setup
+    cache = root / "cache"
+    folder = build_pool(model, tok, cache, _cfg(), progress=False)
+    entry = folder / "ngram-math.npz"
+    good = entry.read_bytes()
+    entry.write_bytes(good[: len(good) // 2])  # truncated: checksum no longer matches
+    capsys.readouterr()
+    pool = load_pool(model, tok, cache, _cfg(), progress=False)
+    err = capsys.readouterr().err
+    assert "ngram-math.npz is unusable" in err and "rebuilding" in err
+    assert entry.read_bytes() == good  # deterministic rebuild
+    assert pool.drafters[1].n_tokens > 0
+    # a missing sidecar (interrupted before it was written) also means: rebuild
+    (folder / "ngram-news.json").unlink()
+    capsys.readouterr()
+    build_pool(model, tok, cache, _cfg(), progress=False)
+    assert "ngram-news.npz is unusable" in capsys.readouterr().err
+    assert json.loads((folder / "ngram-news.json").read_text())["kind"] == "ngram"
+
+
+def test_load_without_build_names_the_fix(setup):
+    root, model, tok = setup
+    cache = root / "cache"
+    folder = build_pool(model, tok, cache, _cfg(), progress=False)
+    (folder / "ngram-code.npz").write_bytes(b"garbage")
+    with pytest.raises(PoolCorruptError, match="hedgespec train-drafters"):
+        load_pool(model, tok, cache, _cfg(), build=False)
+    build_pool(model, tok, cache, _cfg(), progress=False)  # repair for the other tests
+
+
+def test_settings_change_rebuilds_and_extras_exist(setup):
+    root, model, tok = setup
+    cache = root / "cache"
+    pool = load_pool(model, tok, cache, _cfg(extra_shards=2, ngram_order=3), progress=False)
+    assert len(pool.extras) == 2 * len(DOMS)
+    assert pool.drafters[0].order == 3
+    assert {x.name for x in pool.extras} == {f"extra-{d}-{s}" for d in DOMS for s in range(2)}
+
+
+def test_unknown_domain_is_a_clear_error():
+    with pytest.raises(ValueError, match=r"unknown domain.*'physics'"):
+        PoolConfig(domains=("code", "physics"))
+
+
+def test_prepared_fixture_domains_load(setup):
+    root, _, _ = setup
+    d = load_domains(root / "cache", DOMS)
+    assert set(d) == set(DOMS) and all(x.prompts and x.train for x in d.values())
