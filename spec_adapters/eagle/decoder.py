@@ -32,6 +32,7 @@ window length ``K`` is the tree ``depth``. See docs/eagle.md.
 
 from __future__ import annotations
 
+import dataclasses
 import time
 
 import torch
@@ -236,8 +237,7 @@ class HedgeSpecDecoder(_SingleDraftDecoder):
 
     def _finish(self, policy, q, total):
         out = super()._finish(policy, q, total)
-        out.stats.update(tree_nodes=q.tree_nodes, tree=vars(self.tree).copy()
-                         if hasattr(self.tree, "__dict__") else None)
+        out.stats.update(tree_nodes=q.tree_nodes, tree=dataclasses.asdict(self.tree))
         return out
 
     # EagleHead-specific helpers ----------------------------------------------------------
