@@ -172,14 +172,19 @@ def main(argv=None) -> None:
 
 
 def mixed(target, pool, vocab, prompts, args) -> None:
-    """Policies on a pool of prompt lookup + N - 1 layer-subset drafters."""
+    """Policies on a mixed pool: prompt lookup, early-exit drafters (the first L/2, L/4 and 2
+    layers of the target) and one 2-layer subset."""
     from spec_adapters.ngram import PromptLookupDrafter
 
-    n = max(args.n)
-    print(f"\npolicies on a mixed pool (prompt lookup + {n - 1} layer subsets), loop evaluation:")
+    n_layers = target.config.num_hidden_layers
+    depths = list(dict.fromkeys(d for d in (n_layers // 2, n_layers // 4, 2) if 1 <= d < n_layers))
+    early = [layer_subset_drafter(target, list(range(d))) for d in depths]
+    drafters = [PromptLookupDrafter(vocab), *early, pool[-1]]
+    names = ["prompt lookup", *(f"first {d} layers" for d in depths), "2-layer subset"]
+    print(f"\npolicies on a mixed pool ({', '.join(names)}), loop evaluation:")
     print(f"{'policy':12} {'MAT':>5} {'tok/s':>7} {'ms/round':>9} {'eval':>6} {'learner':>8}")
-    for policy in ("normalhedge", "exp3spec", "ucbspec", "fixed:0", "fixed:1"):
-        drafters = [PromptLookupDrafter(vocab), *pool[:n - 1]]
+    for policy in ("normalhedge", "exp3spec", "ucbspec",
+                   *(f"fixed:{i}" for i in range(len(drafters)))):
         t = run_decoder(target, drafters, prompts, args, policy=policy)
         r = max(t["rounds"], 1)
         print(f"{policy:12} {t['tokens'] / r:5.2f} {t['tokens'] / t['total']:7.1f} "

@@ -7,10 +7,13 @@ has the same verbs): ``play(rng) -> (round_id, arm)``, ``feed(round_id, feedback
 - **HedgeSpec** (``"normalhedge"`` default, ``"hedge"``, ``"adahedge"``, or any
   full-information ``onlinelearn`` learner instance): the decoder feeds every drafter's loss
   (a vector) once the round's window of K positions is verified, i.e. with a delay of up to
-  K - 1 rounds, so the learner is wrapped in a delayed-feedback reduction. Default: ``QPMD``
-  (Joulani et al. 2013, the stochastic-setting queue the HedgeSpec paper uses); ``"onarrival"``
-  applies each loss vector as it arrives (regret bound in ../shared/REFERENCES.md), ``"bold"``
-  runs copies of the learner.
+  K - 1 rounds, so the learner is wrapped in a delayed-feedback reduction. Default:
+  ``OnArrival``, which applies each loss vector as it arrives (adversarial regret bound in
+  ``docs/delayed.md``). ``"qpmd"`` is Joulani et al.'s stochastic-setting queue that the
+  HedgeSpec paper uses; it makes the base learner wait for feedback on its own prediction, so
+  a failing drafter is replayed until one of its rounds completes (up to K - 1 extra rounds).
+  Measured on tiny pools (docs/decoding.md) OnArrival gave the higher mean accepted tokens in
+  3 of 4 settings, hence the default. ``"bold"`` runs copies of the learner.
 - **EXP3Spec / UCBSpec** (BanditSpec, arXiv 2505.15141): bandit feedback only for the chosen
   drafter, its accepted length ``Y`` in [1, K+1], known right after verification. The loss fed
   to the bandit learner is ``(K + 1 - Y) / K`` in [0, 1] (BanditSpec's EXP3 estimate divides
@@ -32,7 +35,7 @@ __all__ = ["POLICY_NAMES", "FixedPolicy", "bandit_loss", "make_policy"]
 
 POLICY_NAMES = ("normalhedge", "hedge", "adahedge", "exp3spec", "ucbspec", "fixed:<i>",
                 "oracle")
-DELAYS = ("qpmd", "onarrival", "bold")
+DELAYS = ("onarrival", "qpmd", "bold")
 
 
 def bandit_loss(n_accepted: int, k: int) -> float:
@@ -121,7 +124,7 @@ def _wrap(learner, delay: str):
     return delayed.BOLD(lambda: learner_type(learner.n).load_state_dict(state))
 
 
-def make_policy(spec, n: int, delay: str = "qpmd"):
+def make_policy(spec, n: int, delay: str = "onarrival"):
     """Build the drafter-selection policy for a pool of ``n`` drafters.
 
     Parameters
@@ -133,7 +136,7 @@ def make_policy(spec, n: int, delay: str = "qpmd"):
         ``OnArrival``); or an ``onlinelearn.delayed`` reduction, used as is.
     n : int
         Number of drafters, ``>= 1``.
-    delay : {"qpmd", "onarrival", "bold"}
+    delay : {"onarrival", "qpmd", "bold"}, default "onarrival"
         Delayed-feedback reduction for full-information learners.
 
     Returns

@@ -115,8 +115,9 @@ class HedgeSpecDecoder:
         fixed and returns the run with the best mean accepted tokens; for benchmarks).
     loss : {"eal", "tap"}, default "eal"
         Expected-acceptance-length or token-acceptance-probability loss (Theorem 3).
-    delay : {"qpmd", "onarrival", "bold"}, default "qpmd"
-        Delayed-feedback reduction around full-information learners.
+    delay : {"onarrival", "qpmd", "bold"}, default "onarrival"
+        Delayed-feedback reduction around full-information learners (see
+        :mod:`spec_adapters.policies` for the choice).
     carry_state : bool, default False
         Keep the learner's state across ``generate`` calls instead of resetting it per query.
 
@@ -128,11 +129,13 @@ class HedgeSpecDecoder:
     """
 
     def __init__(self, target, drafters, draft_length: int = 5, policy="normalhedge",
-                 loss: str = "eal", delay: str = "qpmd", carry_state: bool = False) -> None:
+                 loss: str = "eal", delay: str = "onarrival", carry_state: bool = False
+                 ) -> None:
         if isinstance(draft_length, bool) or not isinstance(draft_length, int | np.integer) \
                 or draft_length < 1:
             raise ValueError(f"draft_length (K) must be an integer >= 1, got {draft_length!r}")
-        if drafters is None or len(drafters) == 0:
+        drafters = [] if drafters is None else list(drafters)
+        if not drafters:
             raise ValueError("empty drafter pool: pass at least one drafter")
         if loss not in LOSSES:
             raise ValueError(f"unknown loss {loss!r}; expected one of {LOSSES}")

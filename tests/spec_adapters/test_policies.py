@@ -13,9 +13,9 @@ from spec_adapters.policies import FixedPolicy, bandit_loss, make_policy
 
 
 @pytest.mark.parametrize(("spec", "wrapper", "base"), [
-    ("normalhedge", QPMD, NormalHedge),
-    ("NormalHedge", QPMD, NormalHedge),
-    ("hedge", QPMD, Hedge),
+    ("normalhedge", OnArrival, NormalHedge),
+    ("NormalHedge", OnArrival, NormalHedge),
+    ("hedge", OnArrival, Hedge),
     ("exp3spec", OnArrival, Exp3),
     ("ucbspec", OnArrival, UCB1),
 ])

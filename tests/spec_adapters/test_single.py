@@ -210,3 +210,13 @@ def test_stacked_drafters_give_the_same_generation(models, policy):
                          policy=policy).generate(ids, **kw)
     assert a.sequences.tolist() == b.sequences.tolist()
     assert a.stats["chosen"] == b.stats["chosen"]
+
+
+@pytest.mark.parametrize("delay", ["qpmd", "bold"])
+def test_other_delay_reductions_are_exact_too(models, delay):
+    target, drafters = models
+    dec = HedgeSpecDecoder(target, drafters, draft_length=3, delay=delay)
+    for ids in _prompts(2, seed=9):
+        out = dec.generate(ids, max_new_tokens=17, seed=0)
+        assert out.sequences.tolist() == _reference(target, ids, 17).tolist()
+        assert len(out.stats["losses"]) + out.stats["censored"] == out.stats["target_calls"]
