@@ -110,8 +110,8 @@ class HedgeSpecDecoder(_SingleDraftDecoder):
         Non-empty; every head must have been trained for ``target`` (``ValueError``).
     tree : TreeConfig, default ``TreeConfig()`` (depth 5, top_k 8, 48 tokens)
     policy, loss, delay, carry_state
-        As in :class:`spec_adapters.single.HedgeSpecDecoder`; the round window ``K`` is
-        ``tree.depth``.
+        As in :class:`spec_adapters.single.HedgeSpecDecoder` (``delay=None``: its default);
+        the round window ``K`` is ``tree.depth``.
     batched : bool, default True
         Evaluate same-architecture heads in one vmapped call.
 
@@ -123,7 +123,7 @@ class HedgeSpecDecoder(_SingleDraftDecoder):
     """
 
     def __init__(self, target, heads, tree: TreeConfig | None = None, policy="normalhedge",
-                 loss: str = "eal", delay: str = "qpmd", carry_state: bool = False,
+                 loss: str = "eal", delay: str | None = None, carry_state: bool = False,
                  batched: bool = True) -> None:
         tree = TreeConfig() if tree is None else tree
         if not isinstance(tree, TreeConfig):
@@ -134,8 +134,9 @@ class HedgeSpecDecoder(_SingleDraftDecoder):
         self.pool = HeadPool(heads, model, batched=batched)
         names = [h.config.extra.get("name") or f"eagle{i}" for i, h in enumerate(heads)]
         slots = [_HeadSlot(n, self.pool.vocab_size) for n in names]
+        same_default = {} if delay is None else {"delay": delay}  # the single-draft default
         super().__init__(model, slots, draft_length=tree.depth, policy=policy, loss=loss,
-                         delay=delay, carry_state=carry_state)
+                         carry_state=carry_state, **same_default)
         self.target = _TreeTarget(model, self.pool.feature_layers)
         self.tree = tree
 

@@ -153,14 +153,17 @@ class ChainDrafter:
         return self._full(rows[n_old - 2:n_old - 2 + tokens.numel()])
 
 
-@pytest.mark.parametrize("policy", ["normalhedge", "fixed:0"])
-def test_a_chain_behaves_like_single_draft_decoding_with_that_head(policy):
+@pytest.mark.parametrize(("policy", "delay"), [("normalhedge", None), ("normalhedge", "qpmd"),
+                                               ("fixed:0", None)])
+def test_a_chain_behaves_like_single_draft_decoding_with_that_head(policy, delay):
     target, corpus, heads = setup()
     prompt = corpus[15:16, :6]
     depth = 3
-    tree_dec = HedgeSpecDecoder(target, heads, tree=TreeConfig(depth, 1, depth), policy=policy)
+    kw = {} if delay is None else {"delay": delay}
+    tree_dec = HedgeSpecDecoder(target, heads, tree=TreeConfig(depth, 1, depth), policy=policy,
+                                **kw)
     single = SingleDraftDecoder(target, [ChainDrafter(h, target) for h in heads],
-                                draft_length=depth, policy=policy)
+                                draft_length=depth, policy=policy, **kw)
     a = tree_dec.generate(prompt, max_new_tokens=25, seed=0)
     b = single.generate(prompt, max_new_tokens=25, seed=0)
     assert torch.equal(a.sequences, b.sequences)
