@@ -220,3 +220,24 @@ def test_other_delay_reductions_are_exact_too(models, delay):
         out = dec.generate(ids, max_new_tokens=17, seed=0)
         assert out.sequences.tolist() == _reference(target, ids, 17).tolist()
         assert len(out.stats["losses"]) + out.stats["censored"] == out.stats["target_calls"]
+
+
+def test_oracle_returns_the_best_fixed_run(models):
+    target, drafters = models
+    ids = torch.tensor([[1, 8, 9, 10]])
+    dec = HedgeSpecDecoder(target, drafters, draft_length=4, policy="oracle")
+    out = dec.generate(ids, max_new_tokens=20)
+    mats = [HedgeSpecDecoder(target, drafters, draft_length=4, policy=f"fixed:{i}")
+            .generate(ids, max_new_tokens=20).stats["mean_accepted_tokens"] for i in range(3)]
+    assert out.stats["oracle_mat"] == pytest.approx(mats)
+    assert out.stats["oracle_choice"] == int(np.argmax(mats)) == 2  # the copy of the target
+    assert out.stats["mean_accepted_tokens"] == pytest.approx(max(mats))
+
+
+def test_no_round_is_left_outstanding_after_a_query(models):
+    target, drafters = models
+    dec = HedgeSpecDecoder(target, drafters, draft_length=5, carry_state=True)
+    for n in (7, 13):
+        out = dec.generate(torch.tensor([[1, 8, 9]]), max_new_tokens=n, temperature=1.0, seed=n)
+        assert dec.policy.outstanding == {}
+        assert out.stats["censored"] >= 1  # the last round's window runs past the end
