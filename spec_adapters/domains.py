@@ -424,14 +424,19 @@ _IMPERATIVE = {"add", "alter", "attach", "change", "create", "define", "delete",
 def _sql_task(caption: str) -> str | None:
     """The task of a manual caption introducing an example: "To do X:" or an imperative
     "Do X:" (lower-cased, without the colon); ``None`` for any other caption."""
-    if not caption.endswith(":") or len(caption) > 300:
-        return None
+    if not caption.endswith(":") or len(caption) > 300 or ". " in caption:
+        return None  # not a one-sentence caption
+    task = None
     if caption.startswith("To "):
-        return caption[3:-1].strip()
-    first = caption.split(" ", 1)[0]
-    if first.lower() in _IMPERATIVE and first[0].isupper():
-        return (first.lower() + caption[len(first):-1]).strip()
-    return None
+        task = caption[3:-1]
+    else:
+        first = caption.split(" ", 1)[0]
+        if first.lower() in _IMPERATIVE and first[0].isupper():
+            task = first.lower() + caption[len(first):-1]
+    if task is None:
+        return None
+    task = re.sub(r",?\s+for example$", "", task.strip())
+    return re.sub(r",?\s+(?:you can |one can )?(?:use|do|write|run|type|say)$", "", task)
 
 
 def _build_sql(src: Sources, n: int, seed: int):
