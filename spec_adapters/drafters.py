@@ -169,6 +169,13 @@ class StackedHFDrafters:
                                  f"drafter 0 ({type(m).__name__} vs {type(first).__name__})")
         self.n = len(models)
         self.params, self.buffers = stack_module_state([m.eval() for m in models])
+        # tied weights (e.g. LM head = embeddings): stack_module_state names a shared parameter
+        # once, and the meta copy below loses the tie, so name every alias explicitly
+        canonical = {}
+        for name, prm in first.named_parameters(remove_duplicate=False):
+            canonical.setdefault(id(prm), name)
+            if name not in self.params:
+                self.params[name] = self.params[canonical[id(prm)]]
         self.base = copy.deepcopy(first).to("meta")
         # eager attention batches under vmap; sdpa has no batching rule on CPU (a slow loop)
         self.base.config._attn_implementation = "eager"
@@ -182,6 +189,9 @@ class StackedHFDrafters:
             f"stacked{i}:" + (getattr(m.config, "name_or_path", "") or type(m).__name__)
             for i, m in enumerate(models)]
         self.members = [_StackedMember(self, i, names[i]) for i in range(self.n)]
+        emb = first.get_input_embeddings()
+        self._embed_key = next((k for k, p in first.named_parameters()
+                                if type(emb) is torch.nn.Embedding and p is emb.weight), None)
         self._prompt: torch.Tensor | None = None
         self._fresh = False
 
@@ -195,32 +205,41 @@ class StackedHFDrafters:
         return self.members[i]
 
     # -- batched forward ---------------------------------------------------------------
-    def _one(self, params, buffers, keys, values, ids):
+    def _one(self, params, buffers, keys, values, ids, embeds=None):
         from torch.func import functional_call
 
         cache = new_cache(self.base)
         for layer, (k, v) in enumerate(zip(keys, values, strict=True)):
             cache.update(k, v, layer)
+        inputs = {"input_ids": ids} if embeds is None else {"inputs_embeds": embeds}
         out = functional_call(self.base, (params, buffers), (),
-                              {"input_ids": ids, "use_cache": True, self._kwarg: cache})
+                              {**inputs, "use_cache": True, self._kwarg: cache},
+                              tie_weights=False, strict=True)
         return (out.logits[0].float(), [cache.layers[i].keys for i in range(self._layers)],
                 [cache.layers[i].values for i in range(self._layers)])
 
-    def _one_fresh(self, params, buffers, ids):
-        return self._one(params, buffers, [], [], ids)
+    def _one_fresh(self, params, buffers, ids, embeds=None):
+        return self._one(params, buffers, [], [], ids, embeds)
 
     def _batched(self, ids: torch.LongTensor) -> torch.Tensor:
-        """All members on ``ids`` appended to their caches; returns logits (N, m, V)."""
+        """All members on ``ids`` appended to their caches; returns logits (N, m, V).
+
+        With a plain ``nn.Embedding`` input layer the lookup is done outside ``vmap`` (indexing
+        the stacked table): ``embedding`` under ``vmap`` with batched weights is very slow.
+        """
         from torch.func import vmap
 
         ids = ids.view(1, -1).to(self.device)
+        embeds = None if self._embed_key is None else \
+            self.params[self._embed_key][:, ids[0]].unsqueeze(1)  # (N, 1, m, H)
+        e_dim = None if embeds is None else 0
         with torch.inference_mode():
             if self.length == 0:
-                logits, keys, values = vmap(self._one_fresh, in_dims=(0, 0, None))(
-                    self.params, self.buffers, ids)
+                logits, keys, values = vmap(self._one_fresh, in_dims=(0, 0, None, e_dim))(
+                    self.params, self.buffers, ids, embeds)
             else:
-                logits, keys, values = vmap(self._one, in_dims=(0, 0, 0, 0, None))(
-                    self.params, self.buffers, self.keys, self.values, ids)
+                logits, keys, values = vmap(self._one, in_dims=(0, 0, 0, 0, None, e_dim))(
+                    self.params, self.buffers, self.keys, self.values, ids, embeds)
         self.keys, self.values = keys, values
         return logits
 
@@ -232,7 +251,8 @@ class StackedHFDrafters:
         with torch.inference_mode():
             out = functional_call(self.base, (params, buffers), (),
                                   {"input_ids": ids.view(1, -1).to(self.device),
-                                   "use_cache": True, self._kwarg: cache})
+                                   "use_cache": True, self._kwarg: cache},
+                                  tie_weights=False, strict=True)
         return out.logits[0].float()
 
     # -- shared context ----------------------------------------------------------------

@@ -71,10 +71,14 @@ def test_vocab_mismatch_names_the_drafter(tiny_llama):
     check_vocab(ds[:1], 64)
 
 
-def test_stacked_drafters_equal_separate_ones(tiny_llama):
+@pytest.mark.parametrize("tied", [False, True])
+def test_stacked_drafters_equal_separate_ones(tiny_llama, tied):
     from spec_adapters.drafters import StackedHFDrafters
 
     models = [tiny_llama(vocab_size=64, seed=s) for s in (3, 4, 5)]
+    if tied:  # LM head = input embeddings, as in SmolLM2
+        for m in models:
+            m.lm_head.weight = m.model.embed_tokens.weight
     group = StackedHFDrafters(models)
     singles = [HFDrafter(m) for m in models]
     prompt = torch.tensor([1, 9, 17, 4])
