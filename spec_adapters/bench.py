@@ -353,6 +353,7 @@ def run_bench(model, tokenizer, pool, domains: dict, cfg: BenchConfig, out_dir,
         seed = _seed_of(cfg, q.qid)
         rec = {"section": section, "qid": q.qid, "domain": q.domain, "temperature": temp,
                "method": method, "n": n, "prompt_tokens": int(ids.shape[1])}
+        cpu0 = time.process_time()
         if method == "target":
             rec |= run_target(model, ids, cfg.max_new_tokens, temp, seed)
         elif method == "hf-prompt-lookup":
@@ -375,6 +376,7 @@ def run_bench(model, tokenizer, pool, domains: dict, cfg: BenchConfig, out_dir,
                     spec = f"fixed:{pool.index(method[6:])}"
                 decoders[method] = _decoder(model, pool.drafters, cfg.draft_length, spec)
             rec |= run_decoder(decoders[method], ids, cfg.max_new_tokens, temp, seed)
+        rec["cpu_seconds"] = time.process_time() - cpu0
         records.add(rec)
     overhead = _overheads(model, tokenizer, pool, domains, cfg, out) if cfg.overhead else {}
     summary = aggregate(list(records.rows.values()), pool, cfg, routes)
@@ -524,7 +526,9 @@ def _agg(rows: Sequence[dict]) -> dict:
     tok = sum(r["new_tokens"] for r in rows)
     calls = sum(r["target_calls"] for r in rows)
     sec = sum(r["seconds"] for r in rows)
+    cpu = sum(r.get("cpu_seconds", np.nan) for r in rows)
     return {"mat": tok / calls if calls else None, "tok_s": tok / sec if sec else None,
+            "tok_cpu_s": tok / cpu if cpu and np.isfinite(cpu) else None,
             "queries": len(rows), "new_tokens": tok}
 
 
@@ -542,7 +546,8 @@ def _derived(rows_q: dict[str, dict], domain: str, pool, router_rows: dict) -> d
         out["oracle"] = {**fixed[best], "oracle_choice": best}
     if router_rows and router_rows.get("routed") in fixed:
         r = fixed[router_rows["routed"]]
-        out["router"] = {**r, "seconds": r["seconds"] + router_rows.get("s", 0.0)}
+        out["router"] = {**r, "seconds": r["seconds"] + router_rows.get("s", 0.0),
+                         "cpu_seconds": r.get("cpu_seconds", np.nan) + router_rows.get("s", 0.0)}
     return out
 
 
@@ -578,9 +583,10 @@ def aggregate(records: list[dict], pool, cfg: BenchConfig, routes: dict | None =
             ratios[temp] = {f"normalhedge/{m}": (hs / mix[m]["mat"] if mix.get(m, {}).get("mat")
                                                  else None)
                             for m in ("generalist", "exp3spec", "ucbspec", "oracle")}
-            if mix.get("target", {}).get("tok_s") and mix["normalhedge"].get("tok_s"):
-                ratios[temp]["tok_s normalhedge/target"] = \
-                    mix["normalhedge"]["tok_s"] / mix["target"]["tok_s"]
+            for key in ("tok_s", "tok_cpu_s"):
+                if mix.get("target", {}).get(key) and mix["normalhedge"].get(key):
+                    ratios[temp][f"{key} normalhedge/target"] = \
+                        mix["normalhedge"][key] / mix["target"][key]
     variant = defaultdict(dict)
     for r in records:
         if r["section"] == "variant":
@@ -647,12 +653,14 @@ def markdown_tables(summary: dict, methods: Sequence[str] = MAIN_ORDER) -> str:
     for temp, t in summary["main"].items():
         domains = sorted({d for v in t.values() for d in v if d != "mixed"})
         lines += [f"### Mixed stream and per domain, temperature {temp}", "",
-                  "| method | mixed MAT | mixed tok/s | " + " | ".join(domains) + " |",
-                  "|---|---|---|" + "---|" * len(domains)]
+                  "| method | mixed MAT | tok/s (wall) | tok/s (CPU) | "
+                  + " | ".join(f"{d} MAT" for d in domains) + " |",
+                  "|---|---|---|---|" + "---|" * len(domains)]
         for m in [m for m in methods if m in t]:
             v = t[m]
             lines.append(f"| {LABELS.get(m, m)} | {_f(v['mixed']['mat'])} | "
                          f"{_f(v['mixed']['tok_s'], '{:.1f}')} | "
+                         f"{_f(v['mixed'].get('tok_cpu_s'), '{:.1f}')} | "
                          + " | ".join(_f(v.get(d, {}).get("mat")) for d in domains) + " |")
         lines.append("")
     if summary.get("ratios"):
