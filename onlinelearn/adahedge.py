@@ -7,7 +7,7 @@ from typing import Any, Self
 
 import numpy as np
 
-from .base import Learner, check_count, check_losses, check_state, check_vector
+from .base import Int, Learner, Real, Vector, check_losses, fields
 
 
 class AdaHedge(Learner):
@@ -54,11 +54,11 @@ class AdaHedge(Learner):
     """
 
     full_information = True
+    state_fields = fields(t=Int(), Delta=Real(), L=Vector(allow_inf=True))
 
     def __init__(self, n: int) -> None:
         super().__init__(n)
         self._log_n = math.log(self.n)
-        self.reset()
 
     @property
     def learning_rate(self) -> float:
@@ -97,32 +97,4 @@ class AdaHedge(Learner):
         self.L = L
         self.Delta += max(0.0, delta)
         self.t += 1
-        return self
-
-    def reset(self) -> Self:
-        self.L = np.zeros(self.n)
-        self.Delta = 0.0
-        self.t = 0
-        return self
-
-    def state_dict(self) -> dict[str, Any]:
-        return {
-            "class": type(self).__name__,
-            "n": self.n,
-            "t": self.t,
-            "Delta": self.Delta,
-            "L": self.L.tolist(),
-        }
-
-    def load_state_dict(self, state: dict[str, Any]) -> Self:
-        check_state(state, self, ("t", "Delta", "L"))
-        t = check_count(state["t"], "state['t']")
-        try:
-            delta = float(state["Delta"])
-        except (TypeError, ValueError):
-            raise ValueError(f"state['Delta'] must be a number, got {state['Delta']!r}") from None
-        if not (math.isfinite(delta) and delta >= 0.0):
-            raise ValueError(f"state['Delta'] must be finite and >= 0, got {delta}")
-        L = check_vector(state["L"], self.n, "L")
-        self.t, self.Delta, self.L = t, delta, L
         return self

@@ -8,14 +8,17 @@ from typing import Any, Self
 import numpy as np
 
 from .base import (
+    Int,
     Learner,
+    OrNone,
+    Real,
+    Vector,
     check_arm,
-    check_count,
     check_loss,
-    check_state,
-    check_vector,
+    fields,
+    softmin_weights,
 )
-from .hedge import _check_eta, _check_horizon
+from .hedge import TunedRate
 
 # Smallest probability used as an importance weight's denominator: an arm the learner gives
 # probability 0 (possible only when the caller plays an arm it did not sample) would otherwise
@@ -23,23 +26,15 @@ from .hedge import _check_eta, _check_horizon
 _P_FLOOR = 1e-300
 
 
-def _nonneg_float(value: Any, name: str) -> float:
-    if isinstance(value, bool) or not isinstance(value, int | float | np.integer | np.floating):
-        raise ValueError(f"{name} must be a real number, got {value!r}")
-    value = float(value)
-    if not (math.isfinite(value) and value >= 0.0):
-        raise ValueError(f"{name} must be finite and >= 0, got {value}")
-    return value
-
-
-class Exp3(Learner):
+class Exp3(TunedRate):
     r"""EXP3 in loss form with importance-weighted loss estimates (Auer et al. 2002).
 
     With :math:`\hat L_{t-1,i} = \sum_{s<t} \ell_{s,I_s} \mathbb 1\{I_s = i\} / p_{s,i}`,
 
     .. math:: p_{t,i} \propto \exp(-\eta_t \hat L_{t-1,i}).
 
-    Learning rate: fixed ``eta``; ``horizon=T``: :math:`\eta = \sqrt{2\ln K / (TK)}`, for which
+    Learning rate (:class:`~onlinelearn.hedge.TunedRate` with :math:`c_T = 2`, :math:`c_1 = 1`):
+    fixed ``eta``; ``horizon=T``: :math:`\eta = \sqrt{2\ln K / (TK)}`, for which
     the pseudo-regret is :math:`\bar R_T \le \sqrt{2 T K \ln K}`; neither: anytime
     :math:`\eta_t = \sqrt{\ln K / (tK)}`, :math:`\bar R_T \le 2\sqrt{T K \ln K}` (Bubeck &
     Cesa-Bianchi 2012, Theorem 3.1; the loss form needs no uniform exploration because
@@ -61,30 +56,13 @@ class Exp3(Learner):
     """
 
     full_information = False
-
-    def __init__(self, n: int, eta: float | None = None, horizon: int | None = None) -> None:
-        super().__init__(n)
-        if eta is not None and horizon is not None:
-            raise ValueError("give at most one of eta and horizon, not both")
-        self.eta = None if eta is None else _check_eta(eta)
-        self.horizon = None if horizon is None else _check_horizon(horizon)
-        self.reset()
-
-    def learning_rate(self, t: int | None = None) -> float:
-        """The learning rate used to form ``p_t`` (``t`` defaults to the next round)."""
-        if self.eta is not None:
-            return self.eta
-        log_k = math.log(self.n)
-        if self.horizon is not None:
-            return math.sqrt(2.0 * log_k / (self.horizon * self.n))
-        t = self.t + 1 if t is None else t
-        return math.sqrt(log_k / (t * self.n))
+    horizon_c, anytime_c = 2.0, 1.0
+    state_fields = fields(t=Int(), L_hat=Vector(nonneg=True, allow_inf=True))
 
     @property
     def weights(self) -> np.ndarray:
         """``p_{t,i} ∝ exp(-eta_t (Lhat_i - min Lhat))``, a fresh float64 array."""
-        w = np.exp(-self.learning_rate() * (self.L_hat - self.L_hat.min()))
-        return w / w.sum()
+        return softmin_weights(self.L_hat, self.learning_rate())
 
     def _estimate(self, p_arm: float, loss: float) -> float:
         return loss / max(p_arm, _P_FLOOR)
@@ -99,45 +77,6 @@ class Exp3(Learner):
         self.L_hat = L_hat
         self.t += 1
         return self
-
-    def reset(self) -> Self:
-        self.L_hat = np.zeros(self.n)
-        self.t = 0
-        return self
-
-    def _hyper(self) -> dict[str, Any]:
-        return {"eta": self.eta, "horizon": self.horizon}
-
-    def state_dict(self) -> dict[str, Any]:
-        return {
-            "class": type(self).__name__,
-            "n": self.n,
-            **self._hyper(),
-            "t": self.t,
-            "L_hat": self.L_hat.tolist(),
-        }
-
-    def _load_hyper(self, state: dict[str, Any]) -> dict[str, Any]:
-        return {
-            "eta": None if state["eta"] is None else _check_eta(state["eta"]),
-            "horizon": None if state["horizon"] is None else _check_horizon(state["horizon"]),
-        }
-
-    def load_state_dict(self, state: dict[str, Any]) -> Self:
-        check_state(state, self, (*self._hyper(), "t", "L_hat"))
-        hyper = self._load_hyper(state)
-        t = check_count(state["t"], "state['t']")
-        L_hat = check_vector(state["L_hat"], self.n, "L_hat")
-        if np.any(L_hat < 0.0) or not np.isfinite(L_hat.min()):
-            raise ValueError("state['L_hat'] must be >= 0 with at least one finite entry")
-        for key, value in hyper.items():
-            setattr(self, key, value)
-        self.t, self.L_hat = t, L_hat
-        return self
-
-    def __repr__(self) -> str:
-        args = "".join(f", {k}={v}" for k, v in self._hyper().items() if v is not None)
-        return f"{type(self).__name__}(n={self.n}{args})"
 
 
 class Exp3IX(Exp3):
@@ -174,6 +113,8 @@ class Exp3IX(Exp3):
         Known number of rounds ``T >= 1``.
     """
 
+    hyper_fields = fields(**TunedRate.hyper_fields, gamma=OrNone(Real()))
+
     def __init__(
         self,
         n: int,
@@ -181,8 +122,7 @@ class Exp3IX(Exp3):
         gamma: float | None = None,
         horizon: int | None = None,
     ) -> None:
-        self.gamma = None if gamma is None else _nonneg_float(gamma, "gamma")
-        super().__init__(n, eta=eta, horizon=horizon)
+        super().__init__(n, eta=eta, horizon=horizon, gamma=gamma)
 
     def exploration(self, t: int | None = None) -> float:
         """The implicit-exploration parameter ``gamma_t`` of the next round."""
@@ -190,15 +130,6 @@ class Exp3IX(Exp3):
 
     def _estimate(self, p_arm: float, loss: float) -> float:
         return loss / max(p_arm + self.exploration(), _P_FLOOR)
-
-    def _hyper(self) -> dict[str, Any]:
-        return {"eta": self.eta, "gamma": self.gamma, "horizon": self.horizon}
-
-    def _load_hyper(self, state: dict[str, Any]) -> dict[str, Any]:
-        hyper = super()._load_hyper(state)
-        gamma = state["gamma"]
-        hyper["gamma"] = None if gamma is None else _nonneg_float(gamma, "state['gamma']")
-        return hyper
 
 
 class UCB1(Learner):
@@ -227,10 +158,12 @@ class UCB1(Learner):
     """
 
     full_information = False
+    state_fields = fields(counts=Vector(nonneg=True, integer=True), rewards=Vector(nonneg=True))
 
-    def __init__(self, n: int) -> None:
-        super().__init__(n)
-        self.reset()
+    def _check_state(self, values: dict[str, Any]) -> dict[str, Any]:
+        if np.any(values["rewards"] > values["counts"] * (1.0 + 1e-12)):
+            raise ValueError("state needs rewards <= counts (each reward is in [0, 1])")
+        return values
 
     @property
     def t(self) -> int:
@@ -262,27 +195,5 @@ class UCB1(Learner):
         counts, rewards = self.counts.copy(), self.rewards.copy()
         counts[arm] += 1
         rewards[arm] += 1.0 - loss
-        self.counts, self.rewards = counts, rewards
-        return self
-
-    def reset(self) -> Self:
-        self.counts = np.zeros(self.n, dtype=np.int64)
-        self.rewards = np.zeros(self.n)
-        return self
-
-    def state_dict(self) -> dict[str, Any]:
-        return {
-            "class": type(self).__name__,
-            "n": self.n,
-            "counts": self.counts.tolist(),
-            "rewards": self.rewards.tolist(),
-        }
-
-    def load_state_dict(self, state: dict[str, Any]) -> Self:
-        check_state(state, self, ("counts", "rewards"))
-        counts = check_vector(state["counts"], self.n, "counts", integer=True)
-        rewards = check_vector(state["rewards"], self.n, "rewards")
-        if np.any(counts < 0) or np.any(rewards < 0.0) or np.any(rewards > counts * (1.0 + 1e-12)):
-            raise ValueError("state needs counts >= 0 and 0 <= rewards <= counts")
         self.counts, self.rewards = counts, rewards
         return self

@@ -15,24 +15,53 @@ Every learner follows one small, uniform protocol (in the spirit of river and sc
 
 Full-information learners take the whole loss vector, ``update(losses)``; bandit learners take
 only the loss of the arm that was played, ``update(arm, loss)``. That is the only difference.
+
+A learner declares its hyper-parameters and its statistics once, as class-level
+``{name: kind}`` tables (:class:`Int`, :class:`Real`, :class:`Vector`, :class:`OrNone`);
+:class:`Learner` derives ``__init__``'s checks, ``reset``, ``state_dict`` and
+``load_state_dict`` from them, so a subclass holds only its math.
 """
 
 from __future__ import annotations
 
 import math
 from abc import ABC, abstractmethod
-from typing import Any, ClassVar, Self
+from collections.abc import Mapping
+from dataclasses import dataclass
+from types import MappingProxyType
+from typing import Any, ClassVar, Protocol, Self
 
 import numpy as np
 
 
+def check_int(value: Any, label: str, low: int | None = None, high: int | None = None) -> int:
+    """Validate an integer (``bool`` excluded) in ``[low, high)`` and return it as an ``int``.
+
+    Either bound may be ``None`` (unbounded); the ``ValueError`` message starts with ``label``.
+    """
+    if isinstance(value, bool) or not isinstance(value, int | np.integer):
+        raise ValueError(f"{label} must be an integer, got {value!r}")
+    if (low is not None and value < low) or (high is not None and value >= high):
+        bounds = f">= {low}" if high is None else f"in [{low}, {high})"
+        raise ValueError(f"{label} must be {bounds}, got {value}")
+    return int(value)
+
+
 def check_n(n: int) -> int:
-    """Validate a number of experts / arms and return it as an ``int``."""
-    if isinstance(n, bool) or not isinstance(n, int | np.integer):
-        raise ValueError(f"n must be an integer number of experts, got {n!r}")
-    if n < 1:
-        raise ValueError(f"n must be >= 1 (an empty expert pool has nothing to choose), got {n}")
-    return int(n)
+    """Validate a number of experts / arms (an empty pool has nothing to choose from)."""
+    return check_int(n, "n", low=1)
+
+
+def check_arm(arm: Any, n: int) -> int:
+    """Validate an arm index in ``[0, n)`` and return it as an ``int``."""
+    return check_int(arm, "arm", 0, n)
+
+
+def check_rng(rng: Any) -> np.random.Generator:
+    """Require a ``numpy.random.Generator``: every draw comes from the caller's generator."""
+    if not isinstance(rng, np.random.Generator):
+        raise ValueError(f"rng must be a numpy.random.Generator, got {type(rng).__name__}")
+    return rng
 
 
 def check_losses(losses: Any, n: int) -> np.ndarray:
@@ -62,15 +91,6 @@ def check_losses(losses: Any, n: int) -> np.ndarray:
     raise ValueError(f"losses must lie in [0, 1], got out-of-range values at indices {bad}")
 
 
-def check_arm(arm: Any, n: int) -> int:
-    """Validate an arm index in ``[0, n)`` and return it as an ``int``."""
-    if isinstance(arm, bool) or not isinstance(arm, int | np.integer):
-        raise ValueError(f"arm must be an integer index, got {arm!r}")
-    if not 0 <= arm < n:
-        raise ValueError(f"arm must be in [0, {n}), got {arm}")
-    return int(arm)
-
-
 def check_loss(loss: Any) -> float:
     """Validate a scalar bandit loss: finite and in [0, 1]."""
     try:
@@ -84,62 +104,132 @@ def check_loss(loss: Any) -> float:
     return value
 
 
-def softmin_weights(scaled_losses: np.ndarray) -> np.ndarray:
-    """Return ``p_i ∝ exp(-x_i)`` computed stably in log space (shift by ``min x``).
+def softmin_weights(losses: np.ndarray, eta: float = 1.0) -> np.ndarray:
+    r"""Return :math:`p_i \propto \exp(-\eta x_i)`, computed as ``exp(-eta (x - min x))``.
 
-    Used by every exponential-weights learner: the stored state is the cumulative loss, never
-    the multiplied weights, so nothing underflows to zero forever.
+    Used by the exponential-weights learners: the stored state is the cumulative loss, never
+    the multiplied weights, so nothing underflows to zero forever. Entries ``+inf`` get weight
+    0 (at least one entry must be finite).
     """
-    z = -(scaled_losses - np.min(scaled_losses))
-    w = np.exp(z)
+    w = np.exp(-eta * (losses - losses.min()))
     return w / w.sum()
 
 
-def check_count(value: Any, name: str) -> int:
-    """Validate a non-negative integer (a round or pull count) and return it as an ``int``."""
-    if isinstance(value, bool) or not isinstance(value, int | np.integer) or value < 0:
-        raise ValueError(f"{name} must be a non-negative integer, got {value!r}")
-    return int(value)
+def check_snapshot(state: Any, owner: Any, keys: Any) -> dict[str, Any]:
+    """Check the frame of a ``state_dict()`` snapshot before anything is restored from it.
 
-
-def check_state(state: Any, learner: Learner, keys: tuple[str, ...]) -> dict[str, Any]:
-    """Validate a :meth:`Learner.state_dict` snapshot before anything is restored from it.
-
-    Checks that ``state`` is a mapping made by the same class for the same ``n`` and holding
-    every key in ``keys``; raises ``ValueError`` naming the problem otherwise.
+    ``state`` must be a dict made by ``type(owner)`` for the same ``owner.n`` and hold every
+    key in ``keys``; raises ``ValueError`` naming the problem otherwise.
     """
     if not isinstance(state, dict):
         raise ValueError(f"state must be a dict from state_dict(), got {type(state).__name__}")
-    kind = type(learner).__name__
+    kind = type(owner).__name__
     if state.get("class") != kind:
         raise ValueError(f"state was made by {state.get('class')!r}, not by {kind!r}")
-    if state.get("n") != learner.n:
-        raise ValueError(f"state is for n={state.get('n')!r}, this learner has n={learner.n}")
+    if state.get("n") != owner.n:
+        raise ValueError(f"state is for n={state.get('n')!r}, this learner has n={owner.n}")
     missing = [k for k in keys if k not in state]
     if missing:
         raise ValueError(f"state is missing keys {missing}")
     return state
 
 
-def check_vector(values: Any, n: int, name: str, *, integer: bool = False) -> np.ndarray:
-    """Convert a saved list to a fresh finite ``(n,)`` array (``int64`` or ``float64``)."""
-    try:
-        arr = np.array(values, dtype=np.float64, copy=True)
-    except (TypeError, ValueError, OverflowError):
-        raise ValueError(f"state[{name!r}] must be a list of {n} numbers") from None
-    if arr.shape != (n,):
-        raise ValueError(f"state[{name!r}] must have shape ({n},), got {arr.shape}")
-    if integer:
-        if not np.all(np.isfinite(arr) & (arr == np.round(arr))):
-            raise ValueError(f"state[{name!r}] must hold integers")
-        return arr.astype(np.int64)
-    if not np.all(np.isfinite(arr) | (arr == np.inf)):
-        raise ValueError(f"state[{name!r}] contains NaN or -inf")
-    return arr
+# ---------------------------------------------------------------- kinds of state fields
+
+
+class Kind(Protocol):
+    """How a field is validated; a statistic's kind also has ``fresh(n)``, its initial value."""
+
+    def check(self, value: Any, label: str, n: int) -> Any:
+        """Return ``value`` validated and converted; ``ValueError`` starting with ``label``."""
+
+
+@dataclass(frozen=True)
+class Int:
+    """An integer ``>= low``: a count of rounds or plays (fresh value 0), or a horizon."""
+
+    low: int = 0
+
+    def fresh(self, n: int) -> int:
+        return 0
+
+    def check(self, value: Any, label: str, n: int) -> int:
+        return check_int(value, label, low=self.low)
+
+
+@dataclass(frozen=True)
+class Real:
+    """A finite real number, ``> 0`` if ``positive`` else ``>= 0`` (fresh value 0.0)."""
+
+    positive: bool = False
+
+    def fresh(self, n: int) -> float:
+        return 0.0
+
+    def check(self, value: Any, label: str, n: int) -> float:
+        if isinstance(value, bool) or not isinstance(value, int | float | np.integer | np.floating):
+            raise ValueError(f"{label} must be a real number, got {value!r}")
+        value = float(value)
+        if not (math.isfinite(value) and (value > 0.0 if self.positive else value >= 0.0)):
+            raise ValueError(f"{label} must be finite and {'>' if self.positive else '>='} 0, "
+                             f"got {value}")
+        return value
+
+
+@dataclass(frozen=True)
+class OrNone:
+    """A hyper-parameter that is ``None`` (not set) or of ``kind``."""
+
+    kind: Kind
+
+    def check(self, value: Any, label: str, n: int) -> Any:
+        return None if value is None else self.kind.check(value, label, n)
+
+
+@dataclass(frozen=True)
+class Vector:
+    """One number per expert, a fresh ``(n,)`` array (fresh value: zeros).
+
+    ``nonneg``: entries ``>= 0``; ``allow_inf``: ``+inf`` entries (an expert ruled out) are
+    allowed, as long as one entry is finite; ``integer``: ``int64`` entries, else ``float64``.
+    Saved as a list (``tolist``).
+    """
+
+    nonneg: bool = False
+    allow_inf: bool = False
+    integer: bool = False
+
+    def fresh(self, n: int) -> np.ndarray:
+        return np.zeros(n, dtype=np.int64 if self.integer else np.float64)
+
+    def check(self, value: Any, label: str, n: int) -> np.ndarray:
+        try:
+            arr = np.array(value, dtype=np.float64, copy=True)
+        except (TypeError, ValueError, OverflowError):
+            raise ValueError(f"{label} must be a list of {n} numbers") from None
+        if arr.shape != (n,):
+            raise ValueError(f"{label} must have shape ({n},), got {arr.shape}")
+        finite = np.isfinite(arr)
+        if not finite.all() and not (self.allow_inf and finite.any()
+                                     and np.all(finite | (arr == np.inf))):
+            allowed = " or +inf, with a finite entry" if self.allow_inf else ""
+            raise ValueError(f"{label} must be finite{allowed}")
+        if self.nonneg and np.any(arr < 0.0):
+            raise ValueError(f"{label} must be >= 0")
+        if self.integer:
+            if not np.all(arr == np.round(arr)):
+                raise ValueError(f"{label} must hold integers")
+            return arr.astype(np.int64)
+        return arr
+
+
+def fields(**kinds: Kind) -> Mapping[str, Kind]:
+    """A read-only, ordered ``{name: kind}`` table (``hyper_fields``, ``state_fields``)."""
+    return MappingProxyType(kinds)
 
 
 class Learner(ABC):
-    """Base class of all learners. Subclasses define ``weights``, ``update`` and their state.
+    """Base class of all learners. Subclasses define ``weights``, ``update`` and their fields.
 
     Attributes
     ----------
@@ -148,12 +238,22 @@ class Learner(ABC):
     full_information : bool
         Class-level flag: ``True`` if ``update`` takes a loss vector, ``False`` if it takes
         ``(arm, loss)``.
+    hyper_fields : mapping of str to kind
+        Class-level: the hyper-parameters, passed to ``__init__`` by name, saved, never reset.
+    state_fields : mapping of str to kind
+        Class-level: the sufficient statistics, plain attributes set to ``kind.fresh(n)`` by
+        :meth:`reset`.
     """
 
     full_information: ClassVar[bool] = True
+    hyper_fields: ClassVar[Mapping[str, Kind]] = fields()
+    state_fields: ClassVar[Mapping[str, Int | Real | Vector]] = fields()
 
-    def __init__(self, n: int) -> None:
+    def __init__(self, n: int, **hyper: Any) -> None:
         self.n = check_n(n)
+        values = {name: kind.check(hyper[name], name, self.n)
+                  for name, kind in self.hyper_fields.items()}
+        self._assign(self._check_state(values | self._fresh()))
 
     @property
     @abstractmethod
@@ -164,23 +264,49 @@ class Learner(ABC):
     def update(self, *args: Any) -> Self:
         """Observe feedback for one round and return ``self``."""
 
-    @abstractmethod
-    def reset(self) -> Self:
-        """Return to the freshly-constructed state and return ``self``."""
-
-    @abstractmethod
-    def state_dict(self) -> dict[str, Any]:
-        """JSON-serialisable snapshot of the learner's state and hyper-parameters."""
-
-    @abstractmethod
-    def load_state_dict(self, state: dict[str, Any]) -> Self:
-        """Restore a snapshot made by :meth:`state_dict`; returns ``self``."""
-
     def sample(self, rng: np.random.Generator) -> int:
         """Draw an index from :attr:`weights` using the caller's generator."""
-        if not isinstance(rng, np.random.Generator):
-            raise ValueError(f"rng must be a numpy.random.Generator, got {type(rng).__name__}")
-        return int(rng.choice(self.n, p=self.weights))
+        return int(check_rng(rng).choice(self.n, p=self.weights))
+
+    def reset(self) -> Self:
+        """Return to the freshly-constructed state (hyper-parameters kept) and return ``self``."""
+        return self._assign(self._fresh())
+
+    def state_dict(self) -> dict[str, Any]:
+        """JSON-serialisable snapshot: class, ``n``, hyper-parameters and statistics."""
+        fields = self.hyper_fields | self.state_fields
+        saved = {name: getattr(self, name) for name in fields}
+        return {"class": type(self).__name__, "n": self.n,
+                **{k: v.tolist() if isinstance(v, np.ndarray) else v for k, v in saved.items()}}
+
+    def load_state_dict(self, state: dict[str, Any]) -> Self:
+        """Restore a snapshot made by :meth:`state_dict`; returns ``self``.
+
+        Raises
+        ------
+        ValueError
+            Naming the bad field; every field is checked before any is assigned, so the learner
+            is unchanged on error.
+        """
+        fields = self.hyper_fields | self.state_fields
+        check_snapshot(state, self, fields)
+        values = {name: kind.check(state[name], f"state[{name!r}]", self.n)
+                  for name, kind in fields.items()}
+        return self._assign(self._check_state(values))
+
+    def _check_state(self, values: dict[str, Any]) -> dict[str, Any]:
+        """Constraints between fields, on checked values (all of them); override to add some."""
+        return values
+
+    def _fresh(self) -> dict[str, Any]:
+        return {name: kind.fresh(self.n) for name, kind in self.state_fields.items()}
+
+    def _assign(self, values: dict[str, Any]) -> Self:
+        for name, value in values.items():
+            setattr(self, name, value)
+        return self
 
     def __repr__(self) -> str:
-        return f"{type(self).__name__}(n={self.n})"
+        hyper = {name: getattr(self, name) for name in self.hyper_fields}
+        args = "".join(f", {k}={v}" for k, v in hyper.items() if v is not None)
+        return f"{type(self).__name__}(n={self.n}{args})"

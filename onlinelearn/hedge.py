@@ -3,31 +3,68 @@
 from __future__ import annotations
 
 import math
-from typing import Any, Self
+from typing import Any, ClassVar, Self
 
 import numpy as np
 
-from .base import Learner, check_count, check_losses, check_state, check_vector
+from .base import Int, Learner, OrNone, Real, Vector, check_losses, fields, softmin_weights
 
 
-def _check_eta(eta: Any) -> float:
-    if isinstance(eta, bool) or not isinstance(eta, int | float | np.integer | np.floating):
-        raise ValueError(f"eta must be a positive real number, got {eta!r}")
-    value = float(eta)
-    if not (math.isfinite(value) and value > 0.0):
-        raise ValueError(f"eta must be finite and > 0, got {value}")
-    return value
+class TunedRate(Learner):
+    r"""A learning rate that is fixed, tuned for a known horizon, or anytime (Hedge, EXP3).
+
+    In order of precedence,
+
+    .. math::
+
+        \eta_t = \eta, \qquad
+        \eta_t = \sqrt{\frac{c_T \ln n}{T m}}, \qquad
+        \eta_t = \sqrt{\frac{c_1 \ln n}{t m}},
+
+    for ``eta`` given, ``horizon=T`` given, or neither (round :math:`t = 1, 2, \dots`), with
+    :math:`m = 1` under full information and :math:`m = n` under bandit feedback. Subclasses
+    set the constants ``horizon_c`` (:math:`c_T`) and ``anytime_c`` (:math:`c_1`).
+
+    Parameters
+    ----------
+    n : int
+        Number of experts / arms, ``n >= 1``.
+    eta : float, optional
+        Fixed learning rate, finite and ``> 0``. Exclusive with ``horizon``.
+    horizon : int, optional
+        Known number of rounds ``T >= 1``.
+
+    Raises
+    ------
+    ValueError
+        On a bad ``n``, ``eta`` or ``horizon``, or if both ``eta`` and ``horizon`` are given.
+    """
+
+    horizon_c: ClassVar[float]
+    anytime_c: ClassVar[float]
+    hyper_fields = fields(eta=OrNone(Real(positive=True)), horizon=OrNone(Int(low=1)))
+
+    def __init__(self, n: int, eta: float | None = None, horizon: int | None = None,
+                 **hyper: Any) -> None:
+        super().__init__(n, eta=eta, horizon=horizon, **hyper)
+
+    def _check_state(self, values: dict[str, Any]) -> dict[str, Any]:
+        if values["eta"] is not None and values["horizon"] is not None:
+            raise ValueError("give at most one of eta and horizon, not both")
+        return values
+
+    def learning_rate(self, t: int | None = None) -> float:
+        """The learning rate used to form ``p_t`` (``t`` defaults to the next round)."""
+        if self.eta is not None:
+            return self.eta
+        log_n, m = math.log(self.n), 1 if self.full_information else self.n
+        if self.horizon is not None:
+            return math.sqrt(self.horizon_c * log_n / (self.horizon * m))
+        t = self.t + 1 if t is None else t
+        return math.sqrt(self.anytime_c * log_n / (t * m))
 
 
-def _check_horizon(horizon: Any) -> int:
-    if isinstance(horizon, bool) or not isinstance(horizon, int | np.integer):
-        raise ValueError(f"horizon must be an integer number of rounds, got {horizon!r}")
-    if horizon < 1:
-        raise ValueError(f"horizon must be >= 1, got {horizon}")
-    return int(horizon)
-
-
-class Hedge(Learner):
+class Hedge(TunedRate):
     r"""Hedge / exponentially weighted average forecaster (PLG Section 2.1).
 
     With cumulative losses :math:`L_{t-1,i} = \sum_{s<t} \ell_{s,i}` the forecaster plays
@@ -37,7 +74,7 @@ class Hedge(Learner):
     computed as ``exp(-eta (L - min L))`` from the stored cumulative losses (the multiplied
     weights are never stored, so nothing underflows to zero forever).
 
-    Learning rate, in order of precedence:
+    Learning rate (:class:`TunedRate` with :math:`c_T = c_1 = 8`), in order of precedence:
 
     - ``eta`` given: fixed :math:`\eta`; for losses in [0, 1],
       :math:`R_T \le \ln N / \eta + \eta T / 8` (PLG Theorem 2.2, via Hoeffding's lemma);
@@ -69,30 +106,13 @@ class Hedge(Learner):
     """
 
     full_information = True
-
-    def __init__(self, n: int, eta: float | None = None, horizon: int | None = None) -> None:
-        super().__init__(n)
-        if eta is not None and horizon is not None:
-            raise ValueError("give at most one of eta and horizon, not both")
-        self.eta = None if eta is None else _check_eta(eta)
-        self.horizon = None if horizon is None else _check_horizon(horizon)
-        self.reset()
-
-    def learning_rate(self, t: int | None = None) -> float:
-        """The learning rate used to form ``p_t`` (``t`` defaults to the next round)."""
-        if self.eta is not None:
-            return self.eta
-        log_n = math.log(self.n)
-        if self.horizon is not None:
-            return math.sqrt(8.0 * log_n / self.horizon)
-        t = self.t + 1 if t is None else t
-        return math.sqrt(8.0 * log_n / t)
+    horizon_c = anytime_c = 8.0
+    state_fields = fields(t=Int(), L=Vector(allow_inf=True))
 
     @property
     def weights(self) -> np.ndarray:
         """``p_{t,i} ∝ exp(-eta_t (L_{t-1,i} - min_j L_{t-1,j}))``, a fresh float64 array."""
-        w = np.exp(-self.learning_rate() * (self.L - self.L.min()))
-        return w / w.sum()
+        return softmin_weights(self.L, self.learning_rate())
 
     def update(self, losses: Any) -> Self:
         """Observe the loss vector ``losses`` (shape ``(n,)``, entries in [0, 1])."""
@@ -100,34 +120,3 @@ class Hedge(Learner):
         self.L = self.L + arr
         self.t += 1
         return self
-
-    def reset(self) -> Self:
-        self.L = np.zeros(self.n)
-        self.t = 0
-        return self
-
-    def state_dict(self) -> dict[str, Any]:
-        return {
-            "class": type(self).__name__,
-            "n": self.n,
-            "eta": self.eta,
-            "horizon": self.horizon,
-            "t": self.t,
-            "L": self.L.tolist(),
-        }
-
-    def load_state_dict(self, state: dict[str, Any]) -> Self:
-        check_state(state, self, ("eta", "horizon", "t", "L"))
-        eta = None if state["eta"] is None else _check_eta(state["eta"])
-        horizon = None if state["horizon"] is None else _check_horizon(state["horizon"])
-        t = check_count(state["t"], "state['t']")
-        L = check_vector(state["L"], self.n, "L")
-        self.eta, self.horizon, self.t, self.L = eta, horizon, t, L
-        return self
-
-    def __repr__(self) -> str:
-        if self.eta is not None:
-            return f"Hedge(n={self.n}, eta={self.eta})"
-        if self.horizon is not None:
-            return f"Hedge(n={self.n}, horizon={self.horizon})"
-        return f"Hedge(n={self.n})"

@@ -7,7 +7,7 @@ from typing import Any, Self
 
 import numpy as np
 
-from .base import Learner, check_count, check_losses, check_state, check_vector
+from .base import Int, Learner, Real, Vector, check_losses, fields
 
 _NEWTON_MAX_ITER = 100
 
@@ -117,10 +117,14 @@ class NormalHedge(Learner):
     """
 
     full_information = True
+    # v = max [R]_+^2 / (2 c_t): 0 while no regret is positive, else in [1, 1 + ln n]
+    state_fields = fields(t=Int(), v=Real(), R=Vector())
 
-    def __init__(self, n: int) -> None:
-        super().__init__(n)
-        self.reset()
+    def _check_state(self, values: dict[str, Any]) -> dict[str, Any]:
+        v, hi = values["v"], 1.0 + math.log(self.n)
+        if not (v == 0.0 or 1.0 - 1e-12 <= v <= hi + 1e-12):
+            raise ValueError(f"state['v'] must be 0 or in [1, 1 + ln n] = [1, {hi}], got {v}")
+        return values
 
     @property
     def scale(self) -> float:
@@ -151,37 +155,6 @@ class NormalHedge(Learner):
             v = solve_normalhedge_scale(z, self.n - z.size, self.n, self.v if self.v else 1.0)
         self.R, self.v = R, v
         self.t += 1
-        return self
-
-    def reset(self) -> Self:
-        self.R = np.zeros(self.n)
-        self.v = 0.0  # max [R]_+^2 / (2 c_t); 0 while no regret is positive
-        self.t = 0
-        return self
-
-    def state_dict(self) -> dict[str, Any]:
-        return {
-            "class": type(self).__name__,
-            "n": self.n,
-            "t": self.t,
-            "v": self.v,
-            "R": self.R.tolist(),
-        }
-
-    def load_state_dict(self, state: dict[str, Any]) -> Self:
-        check_state(state, self, ("t", "v", "R"))
-        t = check_count(state["t"], "state['t']")
-        R = check_vector(state["R"], self.n, "R")
-        if not np.all(np.isfinite(R)):
-            raise ValueError("state['R'] must be finite")
-        try:
-            v = float(state["v"])
-        except (TypeError, ValueError):
-            raise ValueError(f"state['v'] must be a number, got {state['v']!r}") from None
-        hi = 1.0 + math.log(self.n)
-        if not (v == 0.0 or 1.0 - 1e-12 <= v <= hi + 1e-12):
-            raise ValueError(f"state['v'] must be 0 or in [1, 1 + ln n] = [1, {hi}], got {v}")
-        self.t, self.R, self.v = t, R, v
         return self
 
 
@@ -220,10 +193,7 @@ class AdaNormalHedge(Learner):
     """
 
     full_information = True
-
-    def __init__(self, n: int) -> None:
-        super().__init__(n)
-        self.reset()
+    state_fields = fields(t=Int(), R=Vector(), C=Vector(nonneg=True))
 
     @property
     def weights(self) -> np.ndarray:
@@ -247,29 +217,4 @@ class AdaNormalHedge(Learner):
         self.R = self.R + r
         self.C = self.C + np.abs(r)
         self.t += 1
-        return self
-
-    def reset(self) -> Self:
-        self.R = np.zeros(self.n)
-        self.C = np.zeros(self.n)
-        self.t = 0
-        return self
-
-    def state_dict(self) -> dict[str, Any]:
-        return {
-            "class": type(self).__name__,
-            "n": self.n,
-            "t": self.t,
-            "R": self.R.tolist(),
-            "C": self.C.tolist(),
-        }
-
-    def load_state_dict(self, state: dict[str, Any]) -> Self:
-        check_state(state, self, ("t", "R", "C"))
-        t = check_count(state["t"], "state['t']")
-        R = check_vector(state["R"], self.n, "R")
-        C = check_vector(state["C"], self.n, "C")
-        if not (np.all(np.isfinite(R)) and np.all(np.isfinite(C)) and np.all(C >= 0.0)):
-            raise ValueError("state['R'] must be finite and state['C'] finite and >= 0")
-        self.t, self.R, self.C = t, R, C
         return self
