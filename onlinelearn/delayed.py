@@ -65,7 +65,14 @@ from typing import Any, Self
 
 import numpy as np
 
-from onlinelearn.base import Learner, check_loss, check_losses
+from onlinelearn.base import (
+    Learner,
+    check_int,
+    check_loss,
+    check_losses,
+    check_rng,
+    check_snapshot,
+)
 
 __all__ = ["BOLD", "QPMD", "DelayedLearner", "OnArrival"]
 
@@ -74,18 +81,6 @@ def _check_learner(obj: Any, what: str) -> Learner:
     if not isinstance(obj, Learner):
         raise ValueError(f"{what} must be an onlinelearn.base.Learner, got {type(obj).__name__}")
     return obj
-
-
-def _check_rng(rng: Any) -> np.random.Generator:
-    if not isinstance(rng, np.random.Generator):
-        raise ValueError(f"rng must be a numpy.random.Generator, got {type(rng).__name__}")
-    return rng
-
-
-def _as_int(value: Any, what: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, int | np.integer):
-        raise ValueError(f"{what} must be an integer, got {value!r}")
-    return int(value)
 
 
 class DelayedLearner(ABC):
@@ -150,7 +145,7 @@ class DelayedLearner(ABC):
         (round_id, arm) : tuple of int
             ``round_id`` is the number of rounds played before this one.
         """
-        _check_rng(rng)
+        check_rng(rng)
         rid = self._next_round
         arm = self._play(rid, rng)
         self._outstanding[rid] = arm
@@ -219,8 +214,6 @@ class DelayedLearner(ABC):
         Everything is validated before anything is assigned; a malformed snapshot raises
         ``ValueError`` and leaves this object unchanged.
         """
-        if not isinstance(state, dict):
-            raise ValueError(f"state must be a dict, got {type(state).__name__}")
         try:
             commit = self._prepare_state(state)
         except (KeyError, TypeError) as err:
@@ -229,28 +222,19 @@ class DelayedLearner(ABC):
         return self
 
     def _prepare_state(self, state: dict[str, Any]) -> Callable[[], None]:
-        kind = type(self).__name__
-        if state.get("class") != kind:
-            raise ValueError(f"state was made by {state.get('class')!r}, not by {kind!r}")
-        if state.get("n") != self.n or state.get("full_information") != self.full_information:
-            raise ValueError(
-                f"state is for n={state.get('n')}, full_information="
-                f"{state.get('full_information')}; this learner has n={self.n}, "
-                f"full_information={self.full_information}"
-            )
-        next_round = _as_int(state["next_round"], "next_round")
-        if next_round < 0:
-            raise ValueError(f"next_round must be >= 0, got {next_round}")
+        check_snapshot(state, self, ("full_information", "next_round", "outstanding", "censored"))
+        if state["full_information"] != self.full_information:
+            raise ValueError(f"state is for full_information={state['full_information']!r}, "
+                             f"this learner has full_information={self.full_information}")
+        next_round = check_int(state["next_round"], "next_round", low=0)
         outstanding: dict[int, int] = {}
         for rid, arm in state["outstanding"]:
-            rid = self._check_rid_range(rid, next_round)
-            arm = _as_int(arm, f"arm of round {rid}")
-            if not 0 <= arm < self.n:
-                raise ValueError(f"arm of round {rid} must be in [0, {self.n}), got {arm}")
+            rid = check_int(rid, "round id", 0, next_round)
+            arm = check_int(arm, f"arm of round {rid}", 0, self.n)
             if rid in outstanding:
                 raise ValueError(f"round {rid} is listed twice as outstanding")
             outstanding[rid] = arm
-        censored = {self._check_rid_range(r, next_round) for r in state["censored"]}
+        censored = {check_int(r, "round id", 0, next_round) for r in state["censored"]}
         if len(censored) != len(state["censored"]):
             raise ValueError("a censored round is listed twice")
         both = censored & outstanding.keys()
@@ -278,14 +262,8 @@ class DelayedLearner(ABC):
         )
 
     # ---------------------------------------------------------------- helpers
-    def _check_rid_range(self, rid: Any, next_round: int) -> int:
-        rid = _as_int(rid, "round id")
-        if not 0 <= rid < next_round:
-            raise ValueError(f"round {rid} is out of range [0, {next_round})")
-        return rid
-
     def _check_open(self, round_id: Any, verb: str) -> int:
-        rid = _as_int(round_id, "round_id")
+        rid = check_int(round_id, "round_id")
         if rid in self._outstanding:
             return rid
         if not 0 <= rid < self._next_round:
@@ -356,6 +334,19 @@ class _SingleLearner(DelayedLearner):
     def __repr__(self) -> str:
         return super().__repr__()[:-1] + f", learner={self.learner!r})"
 
+    def _censor(self, rid: int, arm: int) -> None:
+        pass  # the base learner never hears of a censored round
+
+    def _policy_state(self) -> dict[str, Any]:
+        return {"learner": self.learner.state_dict()}
+
+    def _prepare_policy_state(self, state, next_round, outstanding, censored):
+        learner_state = state["learner"]
+        return lambda: self.learner.load_state_dict(learner_state)
+
+    def _reset_policy(self) -> None:
+        self.learner.reset()
+
 
 class OnArrival(_SingleLearner):
     r"""Apply each loss to a single learner as soon as it arrives.
@@ -403,19 +394,6 @@ class OnArrival(_SingleLearner):
 
     def _feed(self, rid: int, arm: int, value: Any) -> None:
         self._update_learner(self.learner, arm, value)
-
-    def _censor(self, rid: int, arm: int) -> None:
-        pass
-
-    def _policy_state(self) -> dict[str, Any]:
-        return {"learner": self.learner.state_dict()}
-
-    def _prepare_policy_state(self, state, next_round, outstanding, censored):
-        learner_state = state["learner"]
-        return lambda: self.learner.load_state_dict(learner_state)
-
-    def _reset_policy(self) -> None:
-        self.learner.reset()
 
 
 class BOLD(DelayedLearner):
@@ -539,10 +517,7 @@ class BOLD(DelayedLearner):
             raise ValueError("pool must hold at least one copy")
         owner: dict[int, int] = {}
         for rid, j in state["owners"]:
-            rid, j = _as_int(rid, "round id"), _as_int(j, "copy index")
-            if not 0 <= j < len(pool):
-                raise ValueError(f"round {rid} is owned by copy {j}, pool has {len(pool)}")
-            owner[rid] = j
+            owner[check_int(rid, "round id")] = check_int(j, "copy index", 0, len(pool))
         if owner.keys() != outstanding.keys():
             raise ValueError("owners must list exactly the outstanding rounds")
         if len(set(owner.values())) != len(owner):
@@ -652,12 +627,9 @@ class QPMD(_SingleLearner):
         else:
             self._queues.setdefault(arm, deque()).append((rid, value))
 
-    def _censor(self, rid: int, arm: int) -> None:
-        pass
-
     def _policy_state(self) -> dict[str, Any]:
         return {
-            "learner": self.learner.state_dict(),
+            **super()._policy_state(),
             "pending": self._pending,
             "queues": [
                 [a, [[rid, self._feedback_json(v)] for rid, v in q]]
@@ -667,20 +639,19 @@ class QPMD(_SingleLearner):
         }
 
     def _prepare_policy_state(self, state, next_round, outstanding, censored):
+        commit_learner = super()._prepare_policy_state(state, next_round, outstanding, censored)
         pending = state["pending"]
         if pending is not None:
-            pending = _as_int(pending, "pending")
-            if not 0 <= pending < self.n:
-                raise ValueError(f"pending must be in [0, {self.n}), got {pending}")
+            pending = check_int(pending, "pending", 0, self.n)
         queues: dict[int, deque[tuple[int, Any]]] = {}
         seen: set[int] = set()
         for a, entries in state["queues"]:
-            a = _as_int(a, "queue action")
-            if not 0 <= a < self.n or a in queues:
-                raise ValueError(f"queue action {a} is out of range or listed twice")
+            a = check_int(a, "queue action", 0, self.n)
+            if a in queues:
+                raise ValueError(f"queue action {a} is listed twice")
             q: deque[tuple[int, Any]] = deque()
             for rid, v in entries:
-                rid = self._check_rid_range(rid, next_round)
+                rid = check_int(rid, "queued round id", 0, next_round)
                 if rid in seen or rid in outstanding or rid in censored:
                     raise ValueError(f"queued round {rid} is outstanding, censored or repeated")
                 seen.add(rid)
@@ -689,15 +660,14 @@ class QPMD(_SingleLearner):
                 queues[a] = q
         if pending is not None and pending in queues:
             raise ValueError(f"pending action {pending} has queued feedback (it must be used)")
-        learner_state = state["learner"]
 
         def commit() -> None:
-            self.learner.load_state_dict(learner_state)
+            commit_learner()
             self._pending, self._queues = pending, queues
 
         return commit
 
     def _reset_policy(self) -> None:
-        self.learner.reset()
+        super()._reset_policy()
         self._pending = None
         self._queues = {}
