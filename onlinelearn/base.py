@@ -26,10 +26,10 @@ from __future__ import annotations
 
 import math
 from abc import ABC, abstractmethod
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
-from typing import Any, ClassVar, Protocol, Self
+from typing import Any, ClassVar, Protocol, Self, TypeVar
 
 import numpy as np
 
@@ -105,7 +105,7 @@ def check_loss(loss: Any) -> float:
 
 
 def softmin_weights(losses: np.ndarray, eta: float = 1.0) -> np.ndarray:
-    r"""Return :math:`p_i \propto \exp(-\eta x_i)`, computed as ``exp(-eta (x - min x))``.
+    r"""Return :math:`p_i \propto \exp(-\eta L_i)`, computed as ``exp(-eta (L - min L))``.
 
     Used by the exponential-weights learners: the stored state is the cumulative loss, never
     the multiplied weights, so nothing underflows to zero forever. Entries ``+inf`` get weight
@@ -115,7 +115,7 @@ def softmin_weights(losses: np.ndarray, eta: float = 1.0) -> np.ndarray:
     return w / w.sum()
 
 
-def check_snapshot(state: Any, owner: Any, keys: Any) -> dict[str, Any]:
+def check_snapshot(state: Any, owner: Any, keys: Iterable[str]) -> None:
     """Check the frame of a ``state_dict()`` snapshot before anything is restored from it.
 
     ``state`` must be a dict made by ``type(owner)`` for the same ``owner.n`` and hold every
@@ -131,7 +131,6 @@ def check_snapshot(state: Any, owner: Any, keys: Any) -> dict[str, Any]:
     missing = [k for k in keys if k not in state]
     if missing:
         raise ValueError(f"state is missing keys {missing}")
-    return state
 
 
 # ---------------------------------------------------------------- kinds of state fields
@@ -223,7 +222,10 @@ class Vector:
         return arr
 
 
-def fields(**kinds: Kind) -> Mapping[str, Kind]:
+K = TypeVar("K", bound=Kind)
+
+
+def fields(**kinds: K) -> Mapping[str, K]:
     """A read-only, ordered ``{name: kind}`` table (``hyper_fields``, ``state_fields``)."""
     return MappingProxyType(kinds)
 
