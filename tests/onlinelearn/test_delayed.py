@@ -255,6 +255,19 @@ def test_load_state_dict_rejects_malformed_and_changes_nothing(reduction):
 
 
 @pytest.mark.parametrize("reduction", REDUCTIONS)
+@pytest.mark.parametrize("base", ["Hedge-anytime", "UCB1"])
+def test_play_returns_ids_and_feed_censor_load_return_self(reduction, base):
+    dl = REDUCTIONS[reduction](lambda: BASES[base](3))
+    rng = np.random.default_rng(0)
+    (r0, a0), (r1, a1) = dl.play(rng), dl.play(rng)
+    assert all(type(x) is int for x in (r0, a0, r1, a1)) and r0 != r1
+    assert 0 <= a0 < 3 and 0 <= a1 < 3
+    assert dl.feed(r0, feedback_of(dl.full_information, np.full(3, 0.5), a0)) is dl
+    assert dl.censor(r1) is dl
+    assert dl.load_state_dict(dl.state_dict()) is dl
+
+
+@pytest.mark.parametrize("reduction", REDUCTIONS)
 def test_reset_returns_to_fresh_state(reduction):
     n = 3
     make = lambda: REDUCTIONS[reduction](lambda: Hedge(n))  # noqa: E731

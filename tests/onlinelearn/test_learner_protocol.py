@@ -225,6 +225,16 @@ def test_state_dict_restores_hyper_parameters():
 
 
 @pytest.mark.parametrize("name", sorted(ALL))
+def test_update_and_load_state_dict_return_self(name):
+    learner = ALL[name](3)
+    if learner.full_information:
+        assert learner.update([0.1, 0.5, 0.9]) is learner
+    else:
+        assert learner.update(1, 0.5) is learner
+    assert learner.load_state_dict(ALL[name](3).state_dict()) is learner
+
+
+@pytest.mark.parametrize("name", sorted(ALL))
 def test_reset_returns_to_fresh_state(name):
     learner = ALL[name](4)
     fresh = ALL[name](4).state_dict()
