@@ -13,7 +13,7 @@ from .base import Int, Learner, OrNone, Real, Vector, check_losses, fields, soft
 class TunedRate(Learner):
     r"""A learning rate that is fixed, tuned for a known horizon, or anytime (Hedge, EXP3).
 
-    In order of precedence,
+    One of three schedules (``eta`` and ``horizon`` are exclusive):
 
     .. math::
 
