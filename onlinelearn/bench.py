@@ -106,12 +106,15 @@ def format_table(results: dict[str, dict[int, float]]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m onlinelearn.bench",
+                                     description=__doc__.splitlines()[0])
     parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
     parser.add_argument("--quick", action="store_true", help="fewer runs (a smoke test)")
     parser.add_argument("--sizes", type=int, nargs="+", default=list(SIZES),
                         help=f"numbers of experts (default: {' '.join(map(str, SIZES))})")
     args = parser.parse_args(argv)
+    if min(args.sizes) < 1:
+        parser.error(f"--sizes must all be >= 1 (numbers of experts), got {args.sizes}")
     steps, repeats = (20, 3) if args.quick else (200, 25)
     results = run(args.sizes, steps=steps, repeats=repeats)
     weights = run(args.sizes, steps=steps, repeats=repeats, timer=time_weights)

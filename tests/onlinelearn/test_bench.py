@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from onlinelearn import bench
 
 
@@ -21,3 +23,11 @@ def test_bench_main_prints_json(capsys):
     assert bench.main(["--json", "--quick", "--sizes", "2"]) == 0
     out = json.loads(capsys.readouterr().out)
     assert set(out["update"]) == set(bench.LEARNERS) and out["statistic"] == "median"
+
+
+def test_bench_rejects_sizes_below_one_with_a_usage_error(capsys):
+    with pytest.raises(SystemExit) as exit_:
+        bench.main(["--quick", "--sizes", "8", "0"])
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err
+    assert "python -m onlinelearn.bench" in err and "--sizes must all be >= 1" in err
