@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 import torch
 
+import onlinelearn as ol
 from spec_adapters.single import GenerateOutput, HedgeSpecDecoder
 from tests.spec_adapters.single_helpers import RecordingStreamer, UnigramDrafter, pool
 
@@ -47,6 +48,19 @@ def test_greedy_output_equals_target_generate(models, policy, k):
         assert s["new_tokens"] == n and s["target_calls"] == len(s["chosen"]) == len(s["accepted"])
         assert s["mean_accepted_tokens"] == pytest.approx(n / s["target_calls"])
         assert all(0 <= a <= k for a in s["accepted"])
+
+
+@pytest.mark.parametrize("make", [ol.AdaNormalHedge, ol.Exp3IX], ids=["full-info", "bandit"])
+def test_an_onlinelearn_learner_instance_is_a_policy(models, make):
+    target, drafters = models
+    learner = make(len(drafters))
+    dec = HedgeSpecDecoder(target, drafters, draft_length=3, policy=learner)
+    ids = torch.tensor([[1, 8, 9]])
+    out = dec.generate(ids, max_new_tokens=20, seed=0)
+    assert out.sequences.tolist() == _reference(target, ids, 20).tolist()
+    assert dec.policy.learner is learner  # used as given, inside a delayed-feedback reduction
+    assert learner.state_dict() != make(len(drafters)).state_dict()  # and it learnt
+    assert out.stats["policy"] == make.__name__
 
 
 def test_copy_of_target_accepts_everything_and_stops_mid_chunk(models):
