@@ -14,6 +14,7 @@ A drafter keeps its own view of the *verified* context. Three verbs (see
 from __future__ import annotations
 
 import copy
+import numbers
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 import torch
@@ -56,7 +57,7 @@ class Drafter(Protocol):
                 ) -> tuple[torch.LongTensor, torch.Tensor]:
         """Draft ``k`` tokens from the verified context, each sampled from
         ``sampling.probs(logits)``; return tokens (k,) and those warped distributions q (k, V).
-        Does not commit anything."""
+        Does not commit anything. ``k`` must be an integer >= 1 (``ValueError`` otherwise)."""
 
     def extend(self, tokens: torch.LongTensor) -> torch.Tensor:
         """Append ``m`` verified tokens; return the logits (m, V) that predicted each of them
@@ -107,6 +108,7 @@ class HFDrafter:
     def propose(self, k, sampling, generator=None):
         if self._next_logits is None:
             raise RuntimeError("HFDrafter.propose called before start()")
+        _check_k(k)
         tokens, qs = [], []
         logits = self._next_logits
         for j in range(k):
@@ -335,12 +337,19 @@ class _StackedMember:
         self.group._member_start(self, prompt_ids)
 
     def propose(self, k, sampling, generator=None):
+        _check_k(k)
         return self.group._member_propose(self, k, sampling, generator)
 
     def extend(self, tokens: torch.LongTensor) -> torch.Tensor:
         if self.length is None:
             raise RuntimeError(f"{self.name}: extend called before start()")
         return self.group._member_extend(self, tokens)
+
+
+def _check_k(k) -> None:
+    """``propose``'s draft length must be an integer >= 1 (a ``ValueError`` otherwise)."""
+    if isinstance(k, bool) or not isinstance(k, numbers.Integral) or k < 1:
+        raise ValueError(f"k (number of draft tokens) must be an integer >= 1, got {k!r}")
 
 
 def expand_drafters(drafters) -> list:

@@ -5,7 +5,13 @@ from __future__ import annotations
 import pytest
 import torch
 
-from spec_adapters.drafters import Drafter, HFDrafter, as_drafter, check_vocab
+from spec_adapters.drafters import (
+    Drafter,
+    HFDrafter,
+    StackedHFDrafters,
+    as_drafter,
+    check_vocab,
+)
 from spec_adapters.sampling import SamplingConfig
 
 
@@ -61,6 +67,17 @@ def test_hf_drafter_implements_the_protocol_and_models_are_wrapped(tiny_llama):
     assert isinstance(wrapped, HFDrafter) and wrapped.vocab_size == 64
     with pytest.raises(ValueError, match=r"drafters\[1\]"):
         as_drafter("not a model", 1)
+
+
+@pytest.mark.parametrize("k", [0, -1, 2.5, True])
+def test_propose_rejects_a_bad_draft_length(tiny_llama, k):
+    models = [tiny_llama(vocab_size=64, seed=s) for s in (3, 4)]
+    for d in (HFDrafter(models[0]), StackedHFDrafters(models).members[1]):
+        d.start(torch.tensor([1, 9, 17]))
+        with pytest.raises(ValueError, match=r"k \(number of draft tokens\) must be an integer"):
+            d.propose(k, SamplingConfig(0.0))
+        tokens, q = d.propose(2, SamplingConfig(0.0))  # still usable
+        assert tokens.shape == (2,) and q.shape == (2, 64)
 
 
 def test_vocab_mismatch_names_the_drafter(tiny_llama):
