@@ -218,7 +218,7 @@ def train_head(target, corpus, out_dir=None, config: TrainConfig | None = None, 
     gen = torch.Generator().manual_seed(cfg.seed)
     step, history = 0, []
     if resume:
-        state = torch.load(out / STATE_NAME, weights_only=False)
+        state = torch.load(out / STATE_NAME, weights_only=True)  # plain data: no unpickling
         opt.load_state_dict(state["optimizer"])
         gen.set_state(state["rng"])
         step, history = state["step"], state["history"]
