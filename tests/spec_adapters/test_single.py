@@ -50,6 +50,14 @@ def test_greedy_output_equals_target_generate(models, policy, k):
         assert all(0 <= a <= k for a in s["accepted"])
 
 
+def test_defaults_are_the_documented_ones(models):
+    """K = 5, EAL loss, NormalHedge wrapped in OnArrival (docs/decoding.md)."""
+    target, drafters = models
+    dec = HedgeSpecDecoder(target, drafters)
+    assert (dec.k, dec.loss, dec.carry_state) == (5, "eal", False)
+    assert isinstance(dec.policy, ol.OnArrival) and isinstance(dec.policy.learner, ol.NormalHedge)
+
+
 @pytest.mark.parametrize("make", [ol.AdaNormalHedge, ol.Exp3IX], ids=["full-info", "bandit"])
 def test_an_onlinelearn_learner_instance_is_a_policy(models, make):
     target, drafters = models
