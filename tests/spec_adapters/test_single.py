@@ -127,6 +127,34 @@ def test_streamer_receives_prompt_then_every_new_token(models):
     assert len(streamer.values) - 1 == out.stats["target_calls"]
 
 
+class _SpacedIds:
+    """The one tokenizer method transformers' TextStreamer calls."""
+
+    def decode(self, ids, **kwargs):
+        # symbols: TextStreamer holds the last word back until the next space or end()
+        return " ".join(f"<{int(i)}>" for i in ids)
+
+
+@pytest.mark.parametrize("policy", ["normalhedge", "oracle"])
+def test_transformers_text_streamer_gets_exactly_the_new_tokens(models, policy):
+    from transformers import TextStreamer
+
+    class Collecting(TextStreamer):
+        def __init__(self):
+            super().__init__(_SpacedIds(), skip_prompt=True)
+            self.text: list[str] = []
+
+        def on_finalized_text(self, text, stream_end=False):
+            self.text.append(text)
+
+    target, drafters = models
+    ids = torch.tensor([[1, 8, 9]])
+    streamer = Collecting()
+    out = HedgeSpecDecoder(target, drafters, draft_length=3, policy=policy).generate(
+        ids, max_new_tokens=12, streamer=streamer)
+    assert "".join(streamer.text) == _SpacedIds().decode(out.sequences[0, 3:].tolist())
+
+
 def test_sampling_is_reproducible_with_a_seed(models):
     target, drafters = models
     dec = HedgeSpecDecoder(target, drafters, draft_length=3)
