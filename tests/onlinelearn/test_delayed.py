@@ -268,6 +268,17 @@ def test_play_returns_ids_and_feed_censor_load_return_self(reduction, base):
 
 
 @pytest.mark.parametrize("reduction", REDUCTIONS)
+@pytest.mark.parametrize("rng", [42, None, np.random.RandomState(0)])
+def test_play_rejects_a_non_generator_and_changes_nothing(reduction, rng):
+    dl = REDUCTIONS[reduction](lambda: Hedge(3))
+    rid, _ = dl.play(np.random.default_rng(0))
+    before = snapshot(dl)
+    with pytest.raises(ValueError, match=r"numpy\.random\.Generator"):
+        dl.play(rng)
+    assert snapshot(dl) == before and list(dl.outstanding) == [rid]
+
+
+@pytest.mark.parametrize("reduction", REDUCTIONS)
 def test_reset_returns_to_fresh_state(reduction):
     n = 3
     make = lambda: REDUCTIONS[reduction](lambda: Hedge(n))  # noqa: E731
