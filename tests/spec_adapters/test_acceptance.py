@@ -130,3 +130,9 @@ def test_tree_acceptance_rejects_bad_input():
         tree_acceptance(p, torch.tensor([[0], [1], [2]]))
     with pytest.raises(ValueError, match="sum to 1"):
         greedy_tree_acceptance(p * 2, torch.tensor([[0], [1]]))
+    negative = torch.tensor([[1.5, -0.5, 0.0], [1 / 3, 1 / 3, 1 / 3]], dtype=F64)
+    with pytest.raises(ValueError, match="negative"):
+        tree_acceptance(negative, torch.tensor([[0], [1]]))
+    with pytest.raises(ValueError, match="NaN"):
+        greedy_tree_acceptance(torch.full((2, 3), float("nan"), dtype=F64),
+                               torch.tensor([[0], [1]]))
