@@ -506,49 +506,6 @@ def _budget(docs: list[list[int]], budget: int, skip: int = 0) -> list[list[int]
 # ------------------------------------------------------------------------------------------
 # loading
 # ------------------------------------------------------------------------------------------
-class Float64Drafter:
-    """Pass-through :class:`~spec_adapters.drafters.Drafter` that hands out float64
-    distributions.
-
-    The n-gram drafters compute in float32; a float32 softmax over the 49152-token vocabulary at
-    temperature 0.7 can miss 1 by ~1e-4, which the decoder's input validation rejects. ``q`` is
-    renormalised in float64 (``torch.multinomial`` normalises the same way, so this is exactly
-    the distribution the drafts were drawn from) and ``extend``'s logits are cast to float64.
-    """
-
-    def __init__(self, inner) -> None:
-        self.inner = inner
-
-    @property
-    def name(self) -> str:
-        return self.inner.name
-
-    @name.setter
-    def name(self, value: str) -> None:
-        self.inner.name = value
-
-    @property
-    def vocab_size(self) -> int:
-        return self.inner.vocab_size
-
-    def start(self, prompt_ids) -> None:
-        self.inner.start(prompt_ids)
-
-    def propose(self, k, sampling, generator=None):
-        tokens, q = self.inner.propose(k, sampling, generator)
-        q = q.double()
-        return tokens, q / q.sum(-1, keepdim=True)
-
-    def extend(self, tokens):
-        return self.inner.extend(tokens).double()
-
-    def __getattr__(self, attr):  # n_tokens, order, save, ...
-        return getattr(self.inner, attr)
-
-    def __repr__(self) -> str:
-        return f"Float64Drafter({self.inner!r})"
-
-
 def prompt_lookup(vocab_size: int):
     from spec_adapters.ngram import PromptLookupDrafter
 
@@ -598,14 +555,13 @@ def load_pool(model, tokenizer, cache_dir, config: PoolConfig | None = None, *,
     domain_of["prompt-lookup"] = None
     for dr, n in zip(drafters, names, strict=True):
         dr.name = n
-    drafters = [Float64Drafter(d) for d in drafters]
 
     extras = []
     for d in cfg.domains:
         for s in range(cfg.extra_shards):
             x = entry(folder / f"extra-{d}-{s}.npz", NGramDrafter.load)
             x.name = f"extra-{d}-{s}"
-            extras.append(Float64Drafter(x))
+            extras.append(x)
     heads = []
     if cfg.eagle_steps:
         from spec_adapters.eagle import EagleHead

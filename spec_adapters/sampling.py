@@ -42,8 +42,8 @@ __all__ = [
     "tree_children",
 ]
 
-# Tolerance on |sum(p) - 1| by dtype: loose enough for a float32 softmax over a 150k vocabulary,
-# tight enough to reject logits, unnormalised weights or a missing renormalisation.
+# Base tolerance on |sum(p) - 1| by dtype (widened by V * eps in check_distribution): it must
+# reject logits, unnormalised weights or a missing renormalisation.
 _SUM_TOL = {torch.float16: 1e-2, torch.bfloat16: 2e-2, torch.float32: 1e-4, torch.float64: 1e-6}
 
 
@@ -69,8 +69,10 @@ def check_distribution(x: torch.Tensor, name: str) -> torch.Tensor:
     ------
     ValueError
         If ``x`` is not a floating tensor, is 0-dimensional or has an empty last dimension,
-        has NaN / inf or negative entries, or a vector whose sum differs from 1 by more than a
-        dtype-dependent tolerance (1e-4 for float32, 1e-6 for float64).
+        has NaN / inf or negative entries, or a vector whose sum differs from 1 by more than
+        ``max(base, V * eps)``: a dtype-dependent base (1e-4 for float32, 1e-6 for float64)
+        widened by the rounding error a softmax over ``V`` entries can accumulate (a float32
+        softmax over a 49152-token vocabulary misses 1 by ~1e-4).
     """
     if not isinstance(x, torch.Tensor):
         raise ValueError(f"{name} must be a torch.Tensor of probabilities, got {type(x).__name__}")
@@ -85,7 +87,7 @@ def check_distribution(x: torch.Tensor, name: str) -> torch.Tensor:
     if bool((x < 0).any()):
         raise ValueError(f"{name} has negative entries (min {float(x.min()):.3g})")
     err = float((x.sum(-1, dtype=torch.float64) - 1.0).abs().max())
-    tol = _SUM_TOL.get(x.dtype, 1e-4)
+    tol = max(_SUM_TOL.get(x.dtype, 1e-4), x.shape[-1] * torch.finfo(x.dtype).eps)
     if err > tol:
         raise ValueError(
             f"{name} does not sum to 1 over its last dimension (max |sum - 1| = {err:.3g} > "

@@ -385,3 +385,17 @@ def test_float32_inputs_and_rounding_fallback():
         assert float(p[3, nxt]) > 0
     # p == q: a rejection has probability 0, and if rounding ever rejects, resample from p
     assert torch.equal(_residual(p[0], p[0]), p[0])
+
+
+def test_check_distribution_tolerance_grows_with_the_vocabulary():
+    """A float32 distribution over a real 49152-token vocabulary may miss 1 by a few 1e-4 from
+    rounding alone (seen with an n-gram drafter's softmax at T = 0.7): accepted. A vector that
+    is off by 5% is a bug (unnormalised weights): still rejected, at any vocabulary size."""
+    V = 49152
+    p = torch.softmax(torch.randn(2, V, generator=torch.Generator().manual_seed(0)) * 3, -1)
+    p = (p * (1 + 3e-4)).float()
+    assert check_distribution(p, "q") is p
+    with pytest.raises(ValueError, match="does not sum to 1"):
+        check_distribution(p * 1.05, "q")
+    with pytest.raises(ValueError, match="does not sum to 1"):
+        check_distribution(torch.full((4,), 0.2501), "q")
