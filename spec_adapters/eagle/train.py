@@ -30,8 +30,8 @@ dominates. See docs/eagle.md for measured step times and the estimate for SmolLM
 from __future__ import annotations
 
 import argparse
-import json
 import math
+import sys
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -273,7 +273,7 @@ def _checkpoint(head, opt, gen, step, history, cfg, out: Path) -> None:
 
 
 # ------------------------------------------------------------------------------------------
-# command line: `hedgespec train-head` (the CLI adds these arguments and calls run_cli)
+# command line: `hedgespec train-head` (spec_adapters.cli adds these arguments)
 # ------------------------------------------------------------------------------------------
 def add_train_head_arguments(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
     """Arguments of ``hedgespec train-head``."""
@@ -302,27 +302,11 @@ def _load_tokens(path: str) -> torch.LongTensor:
     return _as_corpus([int(x) for x in Path(path).read_text().split()])
 
 
-def run_cli(args: argparse.Namespace) -> int:
-    if args.target:
-        from transformers import AutoModelForCausalLM
-        target = AutoModelForCausalLM.from_pretrained(args.target, dtype=torch.float32)
-    else:
-        from spec_adapters.models import load_target
-        target = load_target()
-        target = getattr(target, "model", target)
-    fields = TrainConfig.__dataclass_fields__
-    cfg = TrainConfig(**{k: getattr(args, k) for k in fields})
-    heldout = _load_tokens(args.heldout) if args.heldout else None
-    _, hist = train_head(target, _load_tokens(args.corpus), args.out, cfg, heldout=heldout,
-                         progress=not args.no_progress)
-    print(json.dumps(hist[-1] if hist else {}, indent=2))
-    return 0
-
-
 def main(argv=None) -> int:
-    p = add_train_head_arguments(argparse.ArgumentParser(
-        prog="hedgespec train-head", description="Train an EAGLE head for a target."))
-    return run_cli(p.parse_args(argv))
+    """``python -m spec_adapters.eagle.train ARGS`` = ``hedgespec train-head ARGS``."""
+    from spec_adapters.cli import main as cli_main
+
+    return cli_main(["train-head", *(sys.argv[1:] if argv is None else argv)])
 
 
 if __name__ == "__main__":

@@ -83,8 +83,11 @@ def test_bad_training_input_is_a_value_error(data):
 def test_command_line_trains_and_resumes(data, tmp_path, capsys):
     from spec_adapters.eagle.train import main
 
+    from ..bench_fixtures import make_tokenizer
+
     target, corpus, held = data
     target.save_pretrained(tmp_path / "target")
+    make_tokenizer().save_pretrained(tmp_path / "target")  # a model folder, as load_target reads
     torch.save(corpus, tmp_path / "corpus.pt")
     (tmp_path / "held.txt").write_text(" ".join(map(str, held.tolist())))
     argv = ["--corpus", str(tmp_path / "corpus.pt"), "--heldout", str(tmp_path / "held.txt"),
