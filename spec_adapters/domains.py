@@ -56,6 +56,8 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from spec_adapters.atomic import atomic_folder
+
 __all__ = [
     "DOMAINS",
     "LICENCES",
@@ -654,10 +656,7 @@ def prepare_domains(cache_dir: str | os.PathLike, domains: Iterable[str] | None 
         train = _cap([t for t in train if t.strip()], max_train_chars)
         if not train or not prompts:
             raise RuntimeError(f"domain {name}: empty training text or prompt set ({split})")
-        folder = _folder(cache_dir, name)
-        folder.parent.mkdir(parents=True, exist_ok=True)
-        tmp = Path(tempfile.mkdtemp(prefix=f".{name}.tmp-", dir=folder.parent))
-        try:
+        with atomic_folder(_folder(cache_dir, name)) as tmp:
             _write_jsonl(tmp / "train.jsonl", train)
             _write_jsonl(tmp / "prompts.jsonl", prompts)
             _write_jsonl(tmp / "train_prompts.jsonl", train_prompts)
@@ -668,13 +667,6 @@ def prepare_domains(cache_dir: str | os.PathLike, domains: Iterable[str] | None 
                     "prompts": len(prompts), "train_prompts": len(train_prompts), "seed": seed,
                     "files": files, "format": _FORMAT}
             (tmp / "meta.json").write_text(json.dumps(meta, indent=1))
-            tmp.chmod(0o755)
-            if folder.exists():
-                shutil.rmtree(folder)
-            tmp.rename(folder)
-        except BaseException:
-            shutil.rmtree(tmp, ignore_errors=True)
-            raise
     return {d: json.loads((_folder(cache_dir, d) / "meta.json").read_text()) for d in names}
 
 

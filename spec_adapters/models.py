@@ -24,12 +24,12 @@ import importlib.util
 import json
 import logging
 import os
-import shutil
 import site
 import sys
-import tempfile
 import time
 from pathlib import Path
+
+from spec_adapters.atomic import atomic_folder
 
 __all__ = [
     "DEFAULT_GGUF_FILE",
@@ -180,9 +180,7 @@ def convert_gguf(gguf_path: str | os.PathLike, out_dir: str | os.PathLike, *,
     model.eval()
     del loaded
 
-    out_dir.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.tmp-", dir=out_dir.parent))
-    try:
+    with atomic_folder(out_dir) as tmp:
         model.save_pretrained(tmp, safe_serialization=True)
         tokenizer.save_pretrained(tmp)
         files = sorted(p.name for p in tmp.iterdir() if p.is_file())
@@ -190,13 +188,6 @@ def convert_gguf(gguf_path: str | os.PathLike, out_dir: str | os.PathLike, *,
                 "sizes": {f: (tmp / f).stat().st_size for f in files},
                 "seconds": round(time.perf_counter() - t0, 2)}
         (tmp / MANIFEST).write_text(json.dumps(meta, indent=1))
-        tmp.chmod(0o755)
-        if out_dir.exists():
-            shutil.rmtree(out_dir)
-        tmp.rename(out_dir)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
     log.info("converted %s -> %s in %.1f s", gguf_path, out_dir, time.perf_counter() - t0)
     return out_dir
 

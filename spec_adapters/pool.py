@@ -31,11 +31,12 @@ import itertools
 import json
 import shutil
 import sys
-import tempfile
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from spec_adapters.atomic import atomic_folder
 
 __all__ = ["Pool", "PoolConfig", "PoolCorruptError", "build_pool", "load_pool", "pool_dir",
            "prompt_lookup"]
@@ -290,15 +291,8 @@ def _save_head(model, docs, path: Path, cfg: PoolConfig, name: str, settings: di
     head, _history = train_head(model, corpus, out_dir=work, config=tc, progress=True,
                                 log=lambda *a, **k: None)
     head.config.extra["name"] = name
-    tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.tmp-", dir=path.parent))
-    try:
+    with atomic_folder(path) as tmp:
         head.save_pretrained(tmp)
-        if path.exists():
-            shutil.rmtree(path)
-        tmp.rename(path)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
     shutil.rmtree(work, ignore_errors=True)
     _write_sidecar(path, "eagle", settings)
     return head
