@@ -153,11 +153,13 @@ class Pool:
 # folder bookkeeping
 # ------------------------------------------------------------------------------------------
 def _target_id(model, tokenizer) -> str:
+    """Folder name of a target's pool: the model folder's *name* (not its path, so the same
+    cache reached as ``.cache`` or as an absolute path is one pool) and a hash of its shape."""
     cfg = model.config
-    key = json.dumps([type(model).__name__, getattr(cfg, "name_or_path", ""),
+    name = Path(str(getattr(cfg, "name_or_path", "") or type(model).__name__)).name
+    key = json.dumps([type(model).__name__, name,
                       getattr(cfg, "vocab_size", 0), getattr(cfg, "hidden_size", 0),
                       getattr(cfg, "num_hidden_layers", 0), len(tokenizer)])
-    name = Path(str(getattr(cfg, "name_or_path", "") or type(model).__name__)).name
     return f"{name[:40]}-{hashlib.sha256(key.encode()).hexdigest()[:10]}"
 
 

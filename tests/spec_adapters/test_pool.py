@@ -118,3 +118,19 @@ def test_drafters_hand_out_valid_distributions(setup):
         check_distribution(q, d.name)
         assert bool((q[torch.arange(3), toks] > 0).all())  # drafts were drawn from q
         check_distribution(sampling.probs(d.extend(toks)), d.name)
+
+
+def test_pool_folder_does_not_depend_on_how_the_cache_path_is_spelled(setup):
+    from spec_adapters.pool import pool_dir
+
+    _root, model, tok = setup
+    original = model.config.name_or_path
+    try:
+        model.config.name_or_path = "/abs/cache/models/tiny-target"
+        absolute = pool_dir("c", model, tok)
+        model.config.name_or_path = ".cache/models/tiny-target"
+        assert pool_dir("c", model, tok) == absolute
+        model.config.name_or_path = ".cache/models/other-target"
+        assert pool_dir("c", model, tok) != absolute
+    finally:
+        model.config.name_or_path = original
