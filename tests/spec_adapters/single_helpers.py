@@ -74,3 +74,23 @@ class RecordingStreamer:
 
     def end(self):
         self.ended += 1
+
+
+def exact_continuations(target, prompt: torch.Tensor, n_tokens: int, warp) -> dict:
+    """The target's exact law of ``n_tokens``-token continuations of ``prompt`` ``[1, L]``.
+
+    Enumerates every continuation with full forward passes (no KV cache): ``warp`` maps the
+    last-position logits ``(B, V)`` to probabilities. Returns ``{tokens: probability}`` over the
+    continuations of positive probability.
+    """
+    probs = {(): 1.0}
+    for _ in range(n_tokens):
+        prefixes = list(probs)
+        batch = torch.cat([prompt.expand(len(prefixes), -1),
+                           torch.tensor([list(p) for p in prefixes], dtype=torch.long)
+                           .view(len(prefixes), -1)], 1)
+        with torch.no_grad():
+            p = warp(target(input_ids=batch).logits[:, -1]).double()
+        probs = {(*pre, x): probs[pre] * float(p[i, x])
+                 for i, pre in enumerate(prefixes) for x in range(p.shape[-1]) if p[i, x] > 0}
+    return probs

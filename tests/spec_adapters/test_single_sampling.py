@@ -17,7 +17,7 @@ from transformers.generation.logits_process import (
 
 import spec_adapters.single as single
 from spec_adapters.single import HedgeSpecDecoder
-from tests.spec_adapters.single_helpers import UnigramDrafter, pool
+from tests.spec_adapters.single_helpers import UnigramDrafter, exact_continuations, pool
 
 V = 12
 PROMPT = torch.tensor([[1, 5, 7]])
@@ -34,18 +34,8 @@ def _warp(logits, temperature, top_k, top_p):
 
 
 def _exact(target, n_tokens, **warp):
-    """P(x_1..x_n | prompt) for every continuation, by enumeration with full forward passes."""
-    probs = {(): 1.0}
-    for _ in range(n_tokens):
-        prefixes = list(probs)
-        batch = torch.cat([PROMPT.expand(len(prefixes), -1),
-                           torch.tensor([list(p) for p in prefixes], dtype=torch.long)
-                           .view(len(prefixes), -1)], 1)
-        with torch.no_grad():
-            p = _warp(target(input_ids=batch).logits[:, -1], **warp).double()
-        probs = {(*pre, x): probs[pre] * float(p[i, x])
-                 for i, pre in enumerate(prefixes) for x in range(V) if p[i, x] > 0}
-    return probs
+    """P(x_1..x_n | prompt) for every continuation, warped by transformers' own warpers."""
+    return exact_continuations(target, PROMPT, n_tokens, lambda logits: _warp(logits, **warp))
 
 
 def _chi2_pvalue(samples: Counter, exact: dict, n: int) -> float:

@@ -16,6 +16,7 @@ from spec_adapters.eagle import HedgeSpecDecoder, TreeConfig
 from spec_adapters.eagle.train import TrainConfig, train_head
 from spec_adapters.sampling import SamplingConfig
 from tests.spec_adapters.eagle.helpers import peaked_target, sample_corpus
+from tests.spec_adapters.single_helpers import exact_continuations
 
 V = 12
 PROMPT = torch.tensor([[1, 5, 7]])
@@ -37,17 +38,7 @@ def small_pool():
 
 def _exact(target, n_tokens, sampling: SamplingConfig):
     """P(x_1..x_n | prompt) for every continuation by enumeration with full forward passes."""
-    probs = {(): 1.0}
-    for _ in range(n_tokens):
-        prefixes = list(probs)
-        batch = torch.cat([PROMPT.expand(len(prefixes), -1),
-                           torch.tensor([list(p) for p in prefixes], dtype=torch.long)
-                           .view(len(prefixes), -1)], 1)
-        with torch.no_grad():
-            p = sampling.probs(target(input_ids=batch).logits[:, -1].float()).double()
-        probs = {(*pre, x): probs[pre] * float(p[i, x])
-                 for i, pre in enumerate(prefixes) for x in range(V) if p[i, x] > 0}
-    return probs
+    return exact_continuations(target, PROMPT, n_tokens, lambda x: sampling.probs(x.float()))
 
 
 def _chi2_pvalue(samples: Counter, exact: dict, n: int) -> float:
