@@ -94,3 +94,23 @@ def exact_continuations(target, prompt: torch.Tensor, n_tokens: int, warp) -> di
         probs = {(*pre, x): probs[pre] * float(p[i, x])
                  for i, pre in enumerate(prefixes) for x in range(p.shape[-1]) if p[i, x] > 0}
     return probs
+
+
+def chi2_pvalue(samples, exact: dict, n: int) -> float:
+    """Chi-square goodness of fit of ``n`` sampled continuations (a Counter) to ``exact``;
+    cells with expected count < 5 are pooled into one. A sample outside the support of
+    ``exact`` gives p = 0."""
+    import numpy as np
+    from scipy.stats import chisquare
+
+    if any(c not in exact for c in samples):
+        return 0.0
+    big = [c for c, pr in exact.items() if pr * n >= 5]
+    obs = [samples.get(c, 0) for c in big]
+    exp = [exact[c] * n for c in big]
+    rest_obs, rest_exp = n - sum(obs), n - sum(exp)
+    if rest_exp > 0:
+        obs.append(rest_obs)
+        exp.append(rest_exp)
+    exp = np.array(exp) * (sum(obs) / sum(exp))
+    return float(chisquare(obs, exp).pvalue)

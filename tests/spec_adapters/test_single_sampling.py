@@ -8,7 +8,6 @@ from collections import Counter
 import numpy as np
 import pytest
 import torch
-from scipy.stats import chisquare
 from transformers.generation.logits_process import (
     TemperatureLogitsWarper,
     TopKLogitsWarper,
@@ -17,7 +16,12 @@ from transformers.generation.logits_process import (
 
 import spec_adapters.single as single
 from spec_adapters.single import HedgeSpecDecoder
-from tests.spec_adapters.single_helpers import UnigramDrafter, exact_continuations, pool
+from tests.spec_adapters.single_helpers import (
+    UnigramDrafter,
+    chi2_pvalue,
+    exact_continuations,
+    pool,
+)
 
 V = 12
 PROMPT = torch.tensor([[1, 5, 7]])
@@ -36,22 +40,6 @@ def _warp(logits, temperature, top_k, top_p):
 def _exact(target, n_tokens, **warp):
     """P(x_1..x_n | prompt) for every continuation, warped by transformers' own warpers."""
     return exact_continuations(target, PROMPT, n_tokens, lambda logits: _warp(logits, **warp))
-
-
-def _chi2_pvalue(samples: Counter, exact: dict, n: int) -> float:
-    """Chi-square goodness of fit; cells with expected count < 5 are pooled into one. A sample
-    outside the support of ``exact`` gives p = 0."""
-    if any(c not in exact for c in samples):
-        return 0.0
-    big = [c for c, pr in exact.items() if pr * n >= 5]
-    obs = [samples.get(c, 0) for c in big]
-    exp = [exact[c] * n for c in big]
-    rest_obs, rest_exp = n - sum(obs), n - sum(exp)
-    if rest_exp > 0:
-        obs.append(rest_obs)
-        exp.append(rest_exp)
-    exp = np.array(exp) * (sum(obs) / sum(exp))
-    return float(chisquare(obs, exp).pvalue)
 
 
 def _sample(dec, n_samples, n_tokens, **kw):
@@ -82,10 +70,10 @@ def test_sampled_continuations_follow_the_target_distribution(sharp_pool, policy
     assert sum(exact.values()) == pytest.approx(1.0)
     counts = _sample(dec, n_samples, 3, **warp)
     assert all(c in exact for c in counts), "a continuation of target probability 0 was sampled"
-    pvalue = _chi2_pvalue(counts, exact, n_samples)
+    pvalue = chi2_pvalue(counts, exact, n_samples)
     # power: the same samples are clearly not distributed as a slightly sharper target
     wrong = _exact(target, 3, **{**warp, "temperature": 0.8 * warp["temperature"]})
-    p_wrong = _chi2_pvalue(counts, wrong, n_samples)
+    p_wrong = chi2_pvalue(counts, wrong, n_samples)
     print(f"\n{policy} {warp}: chi-square p = {pvalue:.3g} over {len(exact)} continuations; "
           f"against temperature x 0.8: p = {p_wrong:.3g}")
     assert pvalue > 1e-3
@@ -105,7 +93,7 @@ def test_a_lossy_acceptance_rule_is_detected(sharp_pool, monkeypatch):
     dec = HedgeSpecDecoder(target, drafters, draft_length=2, policy="normalhedge")
     counts = _sample(dec, 200, 3, **warp)
     exact = _exact(target, 3, **warp)
-    assert _chi2_pvalue(counts, exact, 200) < 1e-6
+    assert chi2_pvalue(counts, exact, 200) < 1e-6
 
 
 def _full_logits(model_or_drafter, seq):

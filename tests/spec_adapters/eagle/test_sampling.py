@@ -6,17 +6,15 @@ from __future__ import annotations
 import functools
 from collections import Counter
 
-import numpy as np
 import pytest
 import torch
-from scipy.stats import chisquare
 
 import spec_adapters.eagle.decoder as eagle_decoder
 from spec_adapters.eagle import HedgeSpecDecoder, TreeConfig
 from spec_adapters.eagle.train import TrainConfig, train_head
 from spec_adapters.sampling import SamplingConfig
 from tests.spec_adapters.eagle.helpers import peaked_target, sample_corpus
-from tests.spec_adapters.single_helpers import exact_continuations
+from tests.spec_adapters.single_helpers import chi2_pvalue, exact_continuations
 
 V = 12
 PROMPT = torch.tensor([[1, 5, 7]])
@@ -41,20 +39,6 @@ def _exact(target, n_tokens, sampling: SamplingConfig):
     return exact_continuations(target, PROMPT, n_tokens, lambda x: sampling.probs(x.float()))
 
 
-def _chi2_pvalue(samples: Counter, exact: dict, n: int) -> float:
-    """Chi-square goodness of fit; cells with expected count < 5 pooled into one."""
-    big = [c for c, pr in exact.items() if pr * n >= 5]
-    obs = [samples.get(c, 0) for c in big]
-    exp = [exact[c] * n for c in big]
-    rest_obs, rest_exp = n - sum(obs), n - sum(exp)
-    if rest_exp > 0:
-        obs.append(rest_obs)
-        exp.append(rest_exp)
-    assert rest_obs >= 0 and all(c in exact for c in samples), "impossible continuation sampled"
-    exp = np.array(exp) * (sum(obs) / sum(exp))
-    return float(chisquare(obs, exp).pvalue)
-
-
 def _sample(dec, n_samples, n_tokens, **kw):
     counts, accepted = Counter(), 0
     for seed in range(n_samples):
@@ -76,7 +60,7 @@ def test_sampled_continuations_follow_the_target_distribution(policy, warp, tree
     assert sum(exact.values()) == pytest.approx(1.0)
     counts, accepted = _sample(dec, n_samples, 3, **warp)
     assert accepted > n_samples / 2, "trees must be accepted often for the test to bite"
-    pvalue = _chi2_pvalue(counts, exact, n_samples)
+    pvalue = chi2_pvalue(counts, exact, n_samples)
     print(f"\n{policy} {warp} {tree}: chi-square p = {pvalue:.3g} over {len(exact)} "
           f"continuations, {accepted / n_samples:.2f} accepted nodes per sample")
     assert pvalue > 1e-3
@@ -84,7 +68,7 @@ def test_sampled_continuations_follow_the_target_distribution(policy, warp, tree
     # (sharper when unwarped; without its top-k / top-p truncation when warped)
     wrong = _exact(target, 3, SamplingConfig(warp["temperature"]) if warp["top_k"] else
                    SamplingConfig(0.8 * warp["temperature"]))
-    assert _chi2_pvalue(counts, wrong, n_samples) < 1e-6
+    assert chi2_pvalue(counts, wrong, n_samples) < 1e-6
 
 
 def test_a_lossy_tree_rule_is_detected(monkeypatch):
@@ -104,4 +88,4 @@ def test_a_lossy_tree_rule_is_detected(monkeypatch):
     dec = HedgeSpecDecoder(target, heads, tree=TreeConfig(2, 3, 5))
     counts, _ = _sample(dec, 250, 3, temperature=1.0)
     exact = _exact(target, 3, SamplingConfig(1.0))
-    assert _chi2_pvalue(counts, exact, 250) < 1e-6
+    assert chi2_pvalue(counts, exact, 250) < 1e-6
