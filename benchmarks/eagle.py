@@ -20,7 +20,7 @@ import torch
 from spec_adapters.eagle import EagleHead, EagleHeadConfig, HeadPool, HedgeSpecDecoder, TreeConfig
 from spec_adapters.eagle.train import TrainConfig, head_loss
 from spec_adapters.eagle.tree import draft_tree, verify_tree
-from spec_adapters.target import new_cache
+from spec_adapters.hf.target import new_cache
 
 SMOL = dict(vocab_size=49152, hidden_size=576, intermediate_size=1536, num_hidden_layers=30,
             num_attention_heads=9, num_key_value_heads=3, max_position_embeddings=2048,
@@ -32,7 +32,7 @@ TINY = dict(vocab_size=96, hidden_size=32, intermediate_size=64, num_hidden_laye
 
 def build_target(size: str, real: bool):
     if real:
-        from spec_adapters.models import load_target
+        from spec_adapters.hf.models import load_target
         out = load_target()
         model = out[0] if isinstance(out, tuple) else getattr(out, "model", out)
         return model.float().eval()

@@ -20,10 +20,10 @@ from pathlib import Path
 
 import torch
 
-from spec_adapters.domains import DOMAINS, chat_ids, load_domain
+from spec_adapters.app.domains import DOMAINS, chat_ids, load_domain
+from spec_adapters.app.pool import pool_dir
 from spec_adapters.eagle import EagleHead, HedgeSpecDecoder, TreeConfig
-from spec_adapters.models import default_cache_dir, load_target
-from spec_adapters.pool import pool_dir
+from spec_adapters.hf.models import default_cache_dir, load_target
 
 
 def _run(decoder, ids, tokens: int) -> dict:

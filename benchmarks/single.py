@@ -2,7 +2,7 @@
 
     python benchmarks/single.py                       # tiny random Llama target (seconds)
     python benchmarks/single.py --target PATH         # a real model folder / .gguf file
-    python benchmarks/single.py --target default      # SmolLM2-135M (spec_adapters.models)
+    python benchmarks/single.py --target default      # SmolLM2-135M (spec_adapters.hf.models)
 
 Prints
 
@@ -35,9 +35,9 @@ import torch
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+from spec_adapters.decoding.chain import HedgeSpecDecoder
 from spec_adapters.drafters import HFDrafter, StackedHFDrafters
-from spec_adapters.single import HedgeSpecDecoder
-from spec_adapters.target import TargetModel
+from spec_adapters.hf.target import TargetModel
 
 PHASES = ("select", "draft", "verify", "eval", "update")
 PROMPTS = ["Explain what a hash table is and when to use one.",
@@ -152,7 +152,7 @@ def main(argv=None) -> None:
 
     tokenizer = None
     if args.target:
-        from spec_adapters.models import load_target
+        from spec_adapters.hf.models import load_target
         target, tokenizer = load_target(None if args.target == "default" else args.target)
         target.generation_config.eos_token_id = None
         name = getattr(target.config, "name_or_path", args.target)
@@ -174,7 +174,7 @@ def main(argv=None) -> None:
 def mixed(target, pool, vocab, prompts, args) -> None:
     """Policies on a mixed pool: prompt lookup, early-exit drafters (the first L/2, L/4 and 2
     layers of the target) and one 2-layer subset."""
-    from spec_adapters.ngram import PromptLookupDrafter
+    from spec_adapters.drafters.ngram import PromptLookupDrafter
 
     n_layers = target.config.num_hidden_layers
     depths = list(dict.fromkeys(d for d in (n_layers // 2, n_layers // 4, 2) if 1 <= d < n_layers))

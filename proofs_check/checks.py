@@ -1,7 +1,7 @@
 """One function per claim of the HedgeSpec paper; each returns :class:`CheckResult` rows.
 
 Every check computes the quantity of interest *through the product's functions*
-(``spec_adapters.sampling`` / ``.acceptance`` / ``.estimators``) and compares it with an
+(``spec_adapters.core.sampling`` / ``.acceptance`` / ``.estimators``) and compares it with an
 independent exact computation on small random Markov-chain models (:mod:`proofs_check.models`).
 """
 
@@ -28,19 +28,19 @@ from proofs_check.models import (
     toy_problem,
     tree_round,
 )
-from spec_adapters.acceptance import (
+from spec_adapters.core.acceptance import (
     acceptance_probability,
     greedy_tree_acceptance,
     tree_acceptance,
 )
-from spec_adapters.estimators import (
+from spec_adapters.core.estimators import (
     corrected_acceptance_length,
     eal_loss,
     paper_acceptance_length,
     realized_ratio,
     tap_loss,
 )
-from spec_adapters.sampling import (
+from spec_adapters.core.sampling import (
     speculative_accept,
     speculative_accept_distribution,
     tree_accept,

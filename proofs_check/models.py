@@ -4,11 +4,12 @@ A *model* is a Markov chain of order ``r >= 1`` over a vocabulary of ``V`` token
 token's logits depend on the last ``r`` tokens, so distributions depend on the prefix (which is
 what makes Theorem 3's estimator subtle). Targets and drafters are such chains; a
 :class:`Problem` bundles a target, a pool of drafters, a prompt, the draft length ``K`` and the
-:class:`~spec_adapters.sampling.SamplingConfig` that warps both.
+:class:`~spec_adapters.core.sampling.SamplingConfig` that warps both.
 
 Enumeration helpers here compute exact outcome distributions of one decoding round *through the
-product's own rules* (:func:`spec_adapters.sampling.speculative_accept_distribution` and
-:func:`~spec_adapters.sampling.tree_accept_distribution`), so the checks test the product, not a
+product's own rules* (:func:`spec_adapters.core.sampling.speculative_accept_distribution` and
+:func:`~spec_adapters.core.sampling.tree_accept_distribution`), so the checks test the product,
+not a
 re-implementation of it.
 """
 
@@ -22,7 +23,7 @@ from functools import cached_property
 import numpy as np
 import torch
 
-from spec_adapters.sampling import (
+from spec_adapters.core.sampling import (
     SamplingConfig,
     speculative_accept_distribution,
     tree_accept_distribution,
@@ -240,7 +241,7 @@ def single_round(problem: Problem, i: int, ctx: tuple[int, ...]) -> dict[tuple[i
     """Exact distribution of the tokens one single-draft round with drafter ``i`` appends.
 
     Drafts are enumerated from ``q_i``; each is verified by
-    :func:`spec_adapters.sampling.speculative_accept_distribution`. Keys are
+    :func:`spec_adapters.core.sampling.speculative_accept_distribution`. Keys are
     ``draft[:n_accepted] + (next_token,)``.
     """
     key = ("single", i, ctx)

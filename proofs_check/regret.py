@@ -4,14 +4,14 @@ Each round follows the paper's figure, with the product's functions at every ste
 
 1. select  ``round_id, i = policy.play(rng)``        (an ``onlinelearn.delayed`` reduction)
 2. draft   ``K`` tokens from drafter ``i`` (sampled from its warped Markov chain)
-3. verify  :func:`spec_adapters.sampling.speculative_accept`
+3. verify  :func:`spec_adapters.core.sampling.speculative_accept`
 4. evaluate every drafter at each newly verified position:
-   :func:`~spec_adapters.acceptance.acceptance_probability` and
-   :func:`~spec_adapters.estimators.realized_ratio`
+   :func:`~spec_adapters.core.acceptance.acceptance_probability` and
+   :func:`~spec_adapters.core.estimators.realized_ratio`
 5. update  a round that started with ``s`` verified tokens is complete once positions
-   ``s+1..s+K`` are verified; its loss vector (TAP: :func:`~spec_adapters.estimators.tap_loss`;
-   EAL: :func:`~spec_adapters.estimators.eal_loss` of
-   :func:`~spec_adapters.estimators.corrected_acceptance_length`) is fed to the policy
+   ``s+1..s+K`` are verified; its loss vector (TAP: :func:`~spec_adapters.core.estimators.tap_loss`;
+   EAL: :func:`~spec_adapters.core.estimators.eal_loss` of
+   :func:`~spec_adapters.core.estimators.corrected_acceptance_length`) is fed to the policy
    (``feed(round_id, losses)``); rounds still open at the end are censored.
 
 Bandit policies (BanditSpec's EXP3Spec and UCBSpec) instead get, right after the round, the loss
@@ -29,14 +29,14 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from spec_adapters.acceptance import acceptance_probability
-from spec_adapters.estimators import (
+from spec_adapters.core.acceptance import acceptance_probability
+from spec_adapters.core.estimators import (
     corrected_acceptance_length,
     eal_loss,
     realized_ratio,
     tap_loss,
 )
-from spec_adapters.sampling import SamplingConfig, speculative_accept
+from spec_adapters.core.sampling import SamplingConfig, speculative_accept
 
 
 @dataclass

@@ -1,7 +1,8 @@
 """torch + transformers side of HedgeSpec: drafters, acceptance, estimators, decoders.
 
 The public names below are loaded on first access (PEP 562), so ``import spec_adapters`` and
-its light helpers (``spec_adapters.models``, ``spec_adapters.domains``) do not import torch or
+its light helpers (``spec_adapters.hf.models``, ``spec_adapters.app.domains``) do not import torch
+or
 the decoders until a name is used::
 
     from spec_adapters import HedgeSpecDecoder, NGramDrafter   # single-draft decoder
@@ -17,27 +18,27 @@ from typing import Any
 
 # public name -> submodule defining it
 _EXPORTS = {
-    "HedgeSpecDecoder": "single",
-    "GenerateOutput": "single",
+    "HedgeSpecDecoder": "decoding.chain",
+    "GenerateOutput": "decoding.chain",
     "Drafter": "drafters",
     "HFDrafter": "drafters",
     "StackedHFDrafters": "drafters",
-    "NGramDrafter": "ngram",
-    "PromptLookupDrafter": "ngram",
-    "SamplingConfig": "sampling",
-    "speculative_accept": "sampling",
-    "tree_accept": "sampling",
-    "acceptance_probability": "acceptance",
-    "tree_acceptance": "acceptance",
-    "greedy_tree_acceptance": "acceptance",
-    "paper_acceptance_length": "estimators",
-    "corrected_acceptance_length": "estimators",
-    "realized_ratio": "estimators",
-    "tap_loss": "estimators",
-    "eal_loss": "estimators",
-    "make_policy": "policies",
-    "TargetModel": "target",
-    "load_target": "models",
+    "NGramDrafter": "drafters.ngram",
+    "PromptLookupDrafter": "drafters.ngram",
+    "SamplingConfig": "core.sampling",
+    "speculative_accept": "core.sampling",
+    "tree_accept": "core.sampling",
+    "acceptance_probability": "core.acceptance",
+    "tree_acceptance": "core.acceptance",
+    "greedy_tree_acceptance": "core.acceptance",
+    "paper_acceptance_length": "core.estimators",
+    "corrected_acceptance_length": "core.estimators",
+    "realized_ratio": "core.estimators",
+    "tap_loss": "core.estimators",
+    "eal_loss": "core.estimators",
+    "make_policy": "core.policies",
+    "TargetModel": "hf.target",
+    "load_target": "hf.models",
 }
 
 __all__ = sorted(_EXPORTS)

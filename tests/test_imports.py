@@ -35,7 +35,7 @@ def test_every_spec_adapters_export_is_the_submodules_object():
         module = importlib.import_module(f"spec_adapters.{spec_adapters._EXPORTS[name]}")
         assert getattr(spec_adapters, name) is getattr(module, name), name
     from spec_adapters import HedgeSpecDecoder
-    from spec_adapters.single import HedgeSpecDecoder as SingleDecoder
+    from spec_adapters.decoding.chain import HedgeSpecDecoder as SingleDecoder
 
     assert HedgeSpecDecoder is SingleDecoder
     assert set(spec_adapters.__all__) <= set(dir(spec_adapters))
@@ -46,6 +46,6 @@ def test_unknown_spec_adapters_name_is_an_attribute_error_and_submodules_still_i
 
     with pytest.raises(AttributeError, match="no attribute 'NoSuchThing'"):
         _ = spec_adapters.NoSuchThing
-    from spec_adapters import estimators  # a submodule, not an export
+    from spec_adapters.core import estimators  # a submodule, not an export
 
-    assert estimators.__name__ == "spec_adapters.estimators"
+    assert estimators.__name__ == "spec_adapters.core.estimators"

@@ -1,13 +1,14 @@
 """HedgeSpec over a pool of EAGLE heads with EAGLE-2 draft trees.
 
-The round is the single-draft decoder's (:class:`spec_adapters.single.HedgeSpecDecoder`, whose
+The round is the single-draft decoder's (:class:`spec_adapters.decoding.chain.HedgeSpecDecoder`,
+whose
 loop, policies, round table, estimators and delayed-feedback queue are reused unchanged); only
 three steps differ:
 
 2. **draft**: the chosen head drafts an EAGLE-2 dynamic tree (:func:`.tree.draft_tree`);
 3. **verify**: the target scores the whole tree in one pass with a tree attention mask
    (:func:`.tree.verify_tree`); EAGLE's recursive rejection sampling over siblings
-   (:func:`spec_adapters.sampling.tree_accept`; greedy: the longest argmax-matching path)
+   (:func:`spec_adapters.core.sampling.tree_accept`; greedy: the longest argmax-matching path)
    picks the accepted path and the next token; the target cache is compacted to that path;
 4. **evaluate**: every head appends the verified pairs ``(f_t, x_{t+1})`` in one batched call
    (:class:`.pool.HeadPool`), and each verified position ``j`` gets, per head ``i``,
@@ -20,7 +21,7 @@ three steps differ:
    given the verified prefix and the target's features there). ``rho`` is the tree analogue
    of ``min(1, q(x)/p(x))``: given acceptance, tree sampling's accepted token has law
    ``p 1_C / gamma``, so ``E_{x~p}[rho(x) f(x)] = gamma E[f | accepted]`` and the corrected
-   estimator of :mod:`spec_adapters.estimators` stays unbiased.
+   estimator of :mod:`spec_adapters.core.estimators` stays unbiased.
 
 Pruning accounted for by gamma: the per-node ``top_k`` cut (the only pruning at a tree's
 root). Not accounted for: the global ``total_tokens`` re-ranking and the top-``k`` frontier
@@ -37,10 +38,10 @@ import time
 
 import torch
 
-from spec_adapters.acceptance import tree_acceptance
-from spec_adapters.sampling import tree_accept
-from spec_adapters.single import HedgeSpecDecoder as _SingleDraftDecoder
-from spec_adapters.target import TargetModel, new_cache
+from spec_adapters.core.acceptance import tree_acceptance
+from spec_adapters.core.sampling import tree_accept
+from spec_adapters.decoding.chain import HedgeSpecDecoder as _SingleDraftDecoder
+from spec_adapters.hf.target import TargetModel, new_cache
 
 from .head import EagleHead
 from .pool import HeadPool
@@ -110,7 +111,7 @@ class HedgeSpecDecoder(_SingleDraftDecoder):
         Non-empty; every head must have been trained for ``target`` (``ValueError``).
     tree : TreeConfig, default ``TreeConfig()`` (depth 5, top_k 8, 48 tokens)
     policy, loss, delay, carry_state
-        As in :class:`spec_adapters.single.HedgeSpecDecoder` (``delay=None``: its default);
+        As in :class:`spec_adapters.decoding.chain.HedgeSpecDecoder` (``delay=None``: its default);
         the round window ``K`` is ``tree.depth``.
     batched : bool, default True
         Evaluate same-architecture heads in one vmapped call.

@@ -273,7 +273,7 @@ def _checkpoint(head, opt, gen, step, history, cfg, out: Path) -> None:
 
 
 # ------------------------------------------------------------------------------------------
-# command line: `hedgespec train-head` (spec_adapters.cli adds these arguments)
+# command line: `hedgespec train-head` (spec_adapters.app.cli adds these arguments)
 # ------------------------------------------------------------------------------------------
 def add_train_head_arguments(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
     """Arguments of ``hedgespec train-head``."""
@@ -304,7 +304,7 @@ def _load_tokens(path: str) -> torch.LongTensor:
 
 def main(argv=None) -> int:
     """``python -m spec_adapters.eagle.train ARGS`` = ``hedgespec train-head ARGS``."""
-    from spec_adapters.cli import main as cli_main
+    from spec_adapters.app.cli import main as cli_main
 
     return cli_main(["train-head", *(sys.argv[1:] if argv is None else argv)])
 

@@ -2,7 +2,7 @@
 
 The tree of a round is rooted at the last verified token ``x_n`` (node 0). Node ``i > 0`` holds
 a drafted token; ``parents[i] < i``, siblings ordered by decreasing drafter score (the order
-:func:`spec_adapters.sampling.tree_accept` tries them in).
+:func:`spec_adapters.core.sampling.tree_accept` tries them in).
 
 Drafting (EAGLE-2, Li et al. 2024): the root's children are the head's ``top_k`` tokens; then
 for ``depth - 1`` steps the ``top_k`` frontier nodes (highest cumulative log-probability among
@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 import torch
 
-from spec_adapters.target import _cache_kwarg, crop_cache
+from spec_adapters.hf.target import _cache_kwarg, crop_cache
 
 __all__ = ["DraftTree", "TreeConfig", "accept_greedy", "ancestor_mask", "compact_cache",
            "draft_tree", "verify_tree"]
@@ -235,7 +235,7 @@ def verify_tree(model, cache, tree: DraftTree, feature_layers=None):
 def accept_greedy(logits: torch.Tensor, tree: DraftTree) -> tuple[list[int], int]:
     """Longest root path whose tokens equal the target's argmax; then the argmax after it.
 
-    Returns ``(path, next_token)`` like :func:`spec_adapters.sampling.tree_accept`.
+    Returns ``(path, next_token)`` like :func:`spec_adapters.core.sampling.tree_accept`.
     """
     children: list[list[int]] = [[] for _ in range(tree.size + 1)]
     for i in range(1, tree.size + 1):

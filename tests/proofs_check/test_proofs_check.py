@@ -7,7 +7,7 @@ import time
 
 import torch
 
-import spec_adapters.sampling as sampling
+import spec_adapters.core.sampling as sampling
 from proofs_check import __main__ as cli
 from proofs_check.checks import Settings, check_theorem1, check_theorem3
 

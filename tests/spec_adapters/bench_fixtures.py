@@ -1,6 +1,6 @@
 """Tiny local stand-ins for the benchmark pipeline: a word-level tokenizer, a tiny Llama saved
 as a local model folder (so ``load_target``'s folder path is exercised), and prepared domain
-folders in ``spec_adapters.domains``' on-disk format (so ``load_domain`` is exercised).
+folders in ``spec_adapters.app.domains``' on-disk format (so ``load_domain`` is exercised).
 
 Three synthetic domains with disjoint vocabularies make the specialist diagonal show even
 with a random target: each domain's n-gram drafter knows only its own words.
@@ -73,7 +73,7 @@ def make_target_folder(root: Path, seed: int = 0) -> Path:
 def write_domains(cache_dir: Path, names=("code", "math", "news"), n_train: int = 40,
                   n_prompts: int = 4) -> dict:
     """Prepared-domain folders exactly as ``prepare_domains`` writes them."""
-    from spec_adapters import domains
+    from spec_adapters.app import domains
 
     out = {}
     for name in names:

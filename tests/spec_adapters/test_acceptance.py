@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
 
-from spec_adapters.acceptance import (
+from spec_adapters.core.acceptance import (
     acceptance_probability,
     greedy_tree_acceptance,
     tree_acceptance,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from spec_adapters.atomic import atomic_folder
+from spec_adapters.store.atomic import atomic_folder
 
 
 def test_success_replaces_the_old_folder(tmp_path):

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import torch
 
-from spec_adapters.bench import (
+from spec_adapters.app.bench import (
     BenchConfig,
     Records,
     aggregate,
@@ -19,10 +19,10 @@ from spec_adapters.bench import (
     regret_curves,
     run_bench,
 )
-from spec_adapters.domains import load_domains
-from spec_adapters.models import load_target
-from spec_adapters.pool import PoolConfig, load_pool
-from spec_adapters.router import Router
+from spec_adapters.app.domains import load_domains
+from spec_adapters.app.pool import PoolConfig, load_pool
+from spec_adapters.app.router import Router
+from spec_adapters.hf.models import load_target
 
 from .bench_fixtures import make_target_folder, write_domains
 from .test_router import _KeywordEmbedder

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from spec_adapters.cli import build_parser, main
+from spec_adapters.app.cli import build_parser, main
 
 from .bench_fixtures import make_target_folder, write_domains
 

@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from spec_adapters import domains as dm
-from spec_adapters.domains import (
+from spec_adapters.app import domains as dm
+from spec_adapters.app.domains import (
     DOMAINS,
     Sources,
     brown_untag,
@@ -268,7 +268,7 @@ class CharTokenizer:
 
 
 def test_ngram_drafters_are_built_once_then_loaded(tmp_path, sources, monkeypatch):
-    from spec_adapters.ngram import NGramDrafter
+    from spec_adapters.drafters.ngram import NGramDrafter
 
     cache = tmp_path / "cache"
     prepare_domains(cache, ["sql", "news"], sources=sources, n_prompts=3)
@@ -329,7 +329,7 @@ def test_target_answers_are_the_targets_greedy_replies_cached_and_resumed(
     # answers enter the n-gram drafter with their weight
     (d,) = dm.ngram_drafters(cache, tok, ["math"], order=2, answers={"math": answers},
                              answer_weight=50.0)
-    from spec_adapters.ngram import NGramDrafter
+    from spec_adapters.drafters.ngram import NGramDrafter
 
     train = load_domain("math", cache).train
     ref = NGramDrafter.from_corpus(tok(train)["input_ids"] + answers, 96, order=2,

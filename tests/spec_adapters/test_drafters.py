@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from spec_adapters.core.sampling import SamplingConfig
 from spec_adapters.drafters import (
     Drafter,
     HFDrafter,
@@ -12,7 +13,6 @@ from spec_adapters.drafters import (
     as_drafter,
     check_vocab,
 )
-from spec_adapters.sampling import SamplingConfig
 
 
 def _full_logits(model, ids):

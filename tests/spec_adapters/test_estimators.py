@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
 
-from spec_adapters.estimators import (
+from spec_adapters.core.estimators import (
     corrected_acceptance_length,
     eal_loss,
     paper_acceptance_length,

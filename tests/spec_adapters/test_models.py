@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 import torch
 
-from spec_adapters import models
-from spec_adapters.models import MANIFEST, find_default_gguf, load_target
+from spec_adapters.hf import models
+from spec_adapters.hf.models import MANIFEST, find_default_gguf, load_target
 
 torch.set_num_threads(1)
 TEMPLATE = ("{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n"

@@ -11,9 +11,9 @@ import numpy as np
 import pytest
 import torch
 
+from spec_adapters.core.sampling import SamplingConfig
 from spec_adapters.drafters import Drafter
-from spec_adapters.ngram import NGramDrafter, PromptLookupDrafter, context_keys
-from spec_adapters.sampling import SamplingConfig
+from spec_adapters.drafters.ngram import NGramDrafter, PromptLookupDrafter, context_keys
 
 torch.set_num_threads(1)
 GREEDY = SamplingConfig(temperature=0.0)

@@ -9,7 +9,7 @@ from onlinelearn.bandits import UCB1, Exp3
 from onlinelearn.delayed import BOLD, QPMD, OnArrival
 from onlinelearn.hedge import Hedge
 from onlinelearn.normalhedge import NormalHedge
-from spec_adapters.policies import FixedPolicy, bandit_loss, make_policy
+from spec_adapters.core.policies import FixedPolicy, bandit_loss, make_policy
 
 
 @pytest.mark.parametrize(("spec", "wrapper", "base"), [

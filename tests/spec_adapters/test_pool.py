@@ -8,10 +8,10 @@ import json
 import pytest
 import torch
 
-from spec_adapters.domains import load_domains
-from spec_adapters.models import load_target
-from spec_adapters.ngram import NGramDrafter, PromptLookupDrafter
-from spec_adapters.pool import PoolConfig, PoolCorruptError, build_pool, load_pool
+from spec_adapters.app.domains import load_domains
+from spec_adapters.app.pool import PoolConfig, PoolCorruptError, build_pool, load_pool
+from spec_adapters.drafters.ngram import NGramDrafter, PromptLookupDrafter
+from spec_adapters.hf.models import load_target
 
 from .bench_fixtures import make_target_folder, write_domains
 
@@ -105,7 +105,7 @@ def test_prepared_fixture_domains_load(setup):
 
 
 def test_drafters_hand_out_valid_distributions(setup):
-    from spec_adapters.sampling import SamplingConfig, check_distribution
+    from spec_adapters.core.sampling import SamplingConfig, check_distribution
 
     root, model, tok = setup
     pool = load_pool(model, tok, root / "cache", _cfg(), progress=False)
@@ -121,7 +121,7 @@ def test_drafters_hand_out_valid_distributions(setup):
 
 
 def test_pool_folder_does_not_depend_on_how_the_cache_path_is_spelled(setup):
-    from spec_adapters.pool import pool_dir
+    from spec_adapters.app.pool import pool_dir
 
     _root, model, tok = setup
     original = model.config.name_or_path

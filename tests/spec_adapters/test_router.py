@@ -7,8 +7,8 @@ import importlib.util
 import numpy as np
 import pytest
 
-from spec_adapters import router as router_mod
-from spec_adapters.router import Router, find_minilm
+from spec_adapters.app import router as router_mod
+from spec_adapters.app.router import Router, find_minilm
 
 
 class _KeywordEmbedder:

@@ -13,7 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from scipy import stats
 
-from spec_adapters.sampling import (
+from spec_adapters.core.sampling import (
     SamplingConfig,
     check_distribution,
     speculative_accept,
@@ -371,7 +371,7 @@ def test_tree_children_and_errors():
 
 
 def test_float32_inputs_and_rounding_fallback():
-    from spec_adapters.sampling import _residual
+    from spec_adapters.core.sampling import _residual
 
     cfg = SamplingConfig(temperature=0.8, top_k=5)
     g = torch.Generator().manual_seed(0)

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 import onlinelearn as ol
-from spec_adapters.single import GenerateOutput, HedgeSpecDecoder
+from spec_adapters.decoding.chain import GenerateOutput, HedgeSpecDecoder
 from tests.spec_adapters.single_helpers import RecordingStreamer, UnigramDrafter, pool
 
 POLICIES = ["normalhedge", "hedge", "adahedge", "exp3spec", "ucbspec", "fixed:0", "fixed:2",

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import torch
 
-from spec_adapters.single import HedgeSpecDecoder
+from spec_adapters.decoding.chain import HedgeSpecDecoder
 from tests.spec_adapters.single_helpers import UnigramDrafter, pool
 
 COPY = 2

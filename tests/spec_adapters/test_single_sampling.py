@@ -14,8 +14,8 @@ from transformers.generation.logits_process import (
     TopPLogitsWarper,
 )
 
-import spec_adapters.single as single
-from spec_adapters.single import HedgeSpecDecoder
+import spec_adapters.decoding.chain as single
+from spec_adapters.decoding.chain import HedgeSpecDecoder
 from tests.spec_adapters.single_helpers import (
     UnigramDrafter,
     chi2_pvalue,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from spec_adapters.target import TargetModel
+from spec_adapters.hf.target import TargetModel
 
 
 def _full_logits(model, ids):

@@ -5,10 +5,10 @@ from __future__ import annotations
 import pytest
 import torch
 
-from spec_adapters.acceptance import tree_acceptance
+from spec_adapters.core.acceptance import tree_acceptance
+from spec_adapters.core.sampling import SamplingConfig
+from spec_adapters.decoding.chain import HedgeSpecDecoder as SingleDraftDecoder
 from spec_adapters.eagle import EagleHead, HedgeSpecDecoder, TreeConfig
-from spec_adapters.sampling import SamplingConfig
-from spec_adapters.single import HedgeSpecDecoder as SingleDraftDecoder
 from tests.conftest import make_tiny_llama
 from tests.spec_adapters.eagle.helpers import features, setup, teacher_forced_logits
 

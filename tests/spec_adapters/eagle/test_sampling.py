@@ -10,9 +10,9 @@ import pytest
 import torch
 
 import spec_adapters.eagle.decoder as eagle_decoder
+from spec_adapters.core.sampling import SamplingConfig
 from spec_adapters.eagle import HedgeSpecDecoder, TreeConfig
 from spec_adapters.eagle.train import TrainConfig, train_head
-from spec_adapters.sampling import SamplingConfig
 from tests.spec_adapters.eagle.helpers import peaked_target, sample_corpus
 from tests.spec_adapters.single_helpers import chi2_pvalue, exact_continuations
 

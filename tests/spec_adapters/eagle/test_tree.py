@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from spec_adapters.core.sampling import SamplingConfig, tree_accept
 from spec_adapters.eagle import HeadPool, TreeConfig
 from spec_adapters.eagle.tree import (
     accept_greedy,
@@ -13,8 +14,7 @@ from spec_adapters.eagle.tree import (
     draft_tree,
     verify_tree,
 )
-from spec_adapters.sampling import SamplingConfig, tree_accept
-from spec_adapters.target import new_cache
+from spec_adapters.hf.target import new_cache
 from tests.spec_adapters.eagle.helpers import features, setup
 
 

@@ -9,13 +9,14 @@ Every verified position ``j`` of the generated sequence gets, for each drafter `
 
 A round that starts with ``s`` verified tokens drafts positions ``s .. s+K-1``; it *completes*
 when those ``K`` positions are verified, which may take several later rounds (delay <= K-1).
-Its loss per drafter is computed from that window with :mod:`spec_adapters.estimators`:
+Its loss per drafter is computed from that window with :mod:`spec_adapters.core.estimators`:
 
 - EAL: ``(K + 1 - AL_hat) / (K + 1)``, with the corrected estimator
   ``AL = 1 + sum_k (prod_{j<k} rho_j) gamma_k`` when sampling (unbiased), the paper's
   ``AL = 1 + sum_k prod_{j<=k} gamma_j`` when greedy (then ``rho = gamma`` and the two forms
   coincide);
-- TAP: the acceptance-probability loss of :func:`spec_adapters.estimators.tap_loss` on the window.
+- TAP: the acceptance-probability loss of :func:`spec_adapters.core.estimators.tap_loss` on the
+window.
 
 Rounds still open when generation stops (EOS, max_new_tokens) are returned by
 :meth:`RoundTable.close` so the caller censors them explicitly.
@@ -26,7 +27,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from spec_adapters import estimators
+from spec_adapters.core import estimators
 
 __all__ = ["LOSSES", "RoundTable", "position_stats"]
 
@@ -50,11 +51,11 @@ def position_stats(p: torch.Tensor, q: torch.Tensor, tokens: torch.LongTensor
     -------
     gamma, rho : torch.Tensor
         ``(N, m)`` each, float64: ``gamma = sum_x min(p, q)`` (Theorem 1, via
-        :func:`spec_adapters.acceptance.acceptance_probability`) and
-        ``rho = min(1, q(x) / p(x))`` (:func:`spec_adapters.estimators.realized_ratio`).
+        :func:`spec_adapters.core.acceptance.acceptance_probability`) and
+        ``rho = min(1, q(x) / p(x))`` (:func:`spec_adapters.core.estimators.realized_ratio`).
     """
-    from spec_adapters.acceptance import acceptance_probability
-    from spec_adapters.estimators import realized_ratio
+    from spec_adapters.core.acceptance import acceptance_probability
+    from spec_adapters.core.estimators import realized_ratio
 
     gamma = acceptance_probability(p, q, validate=False)  # p broadcasts over drafters
     rho = realized_ratio(p, q, tokens.to(p.device))

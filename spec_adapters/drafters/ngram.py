@@ -34,7 +34,7 @@ import numpy as np
 import torch
 
 if TYPE_CHECKING:
-    from spec_adapters.sampling import SamplingConfig
+    from spec_adapters.core.sampling import SamplingConfig
 
 __all__ = ["NGramDrafter", "PromptLookupDrafter", "context_keys"]
 

@@ -1,7 +1,7 @@
 """The target model of speculative decoding: a transformers causal LM plus its KV cache.
 
-Cache invariant (shared with :mod:`spec_adapters.single` and the EAGLE decoder): for a verified
-sequence ``x_0 .. x_{L-1}`` the cache holds the keys/values of ``x_0 .. x_{L-2}``, i.e. every
+Cache invariant (shared with :mod:`spec_adapters.decoding.chain` and the EAGLE decoder): for a
+verified sequence ``x_0 .. x_{L-1}`` the cache holds the keys/values of ``x_0 .. x_{L-2}``, i.e. every
 verified token except the last one. A verification pass therefore feeds ``[x_{L-1}] + drafts``
 (``K + 1`` tokens) and returns ``K + 1`` next-token logits: row ``j`` is the target's logits for
 position ``L + j`` given ``x_{<L} + drafts[:j]``. After acceptance the cache is cropped back to

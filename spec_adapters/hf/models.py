@@ -29,7 +29,7 @@ import sys
 import time
 from pathlib import Path
 
-from spec_adapters.atomic import atomic_folder
+from spec_adapters.store.atomic import atomic_folder
 
 __all__ = [
     "DEFAULT_GGUF_FILE",
@@ -272,7 +272,7 @@ def measure_target_speed(model, tokenizer, prompt: str = "Explain what a hash ta
     """
     import torch
 
-    from spec_adapters.target import crop_cache, forward_cached, new_cache
+    from spec_adapters.hf.target import crop_cache, forward_cached, new_cache
 
     msgs = [{"role": "user", "content": prompt}]
     ids = tokenizer.apply_chat_template(msgs, add_generation_prompt=True, return_tensors="pt")
@@ -310,7 +310,7 @@ def measure_target_speed(model, tokenizer, prompt: str = "Explain what a hash ta
             "greedy_tokens_per_s": n_new / gen, "threads": torch.get_num_threads()}
 
 
-def _main(argv=None) -> None:  # python -m spec_adapters.models [PATH] [--threads N]
+def _main(argv=None) -> None:  # python -m spec_adapters.hf.models [PATH] [--threads N]
     import argparse
 
     import torch

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import torch
 
-from spec_adapters.sampling import check_distribution
+from spec_adapters.core.sampling import check_distribution
 
 __all__ = ["acceptance_probability", "greedy_tree_acceptance", "tree_acceptance"]
 
@@ -46,7 +46,7 @@ def acceptance_probability(
         ``(..., V)`` warped drafter probabilities; leading dimensions broadcast against ``p``
         (e.g. ``p`` ``(K, V)`` and ``q`` ``(N, K, V)`` for ``N`` drafters).
     validate : bool, default True
-        Check both inputs (see :func:`spec_adapters.sampling.check_distribution`).
+        Check both inputs (see :func:`spec_adapters.core.sampling.check_distribution`).
 
     Returns
     -------
@@ -113,7 +113,7 @@ def tree_acceptance(
     """Probability that EAGLE's tree sampling accepts one of a node's children (Theorem 2).
 
     Under recursive rejection sampling over siblings (see
-    :func:`spec_adapters.sampling.tree_accept`), child ``c_1`` is accepted with probability
+    :func:`spec_adapters.core.sampling.tree_accept`), child ``c_1`` is accepted with probability
     ``p(c_1)``; if not, ``c_2`` with ``p(c_2) / (1 - p(c_1))``; and so on. Telescoping,
 
     .. math:: \\gamma = P(\\text{some child accepted}) = \\sum_{c \\in S} p(c),

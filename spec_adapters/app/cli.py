@@ -24,7 +24,7 @@ import sys
 import time
 from pathlib import Path
 
-from spec_adapters.domains import DOMAINS
+from spec_adapters.app.domains import DOMAINS
 
 __all__ = ["build_parser", "main"]
 
@@ -74,7 +74,7 @@ def _ensure_wheel(spec: str, allow_install: bool) -> None:
 
 
 def _load_target(args, install: bool = False):
-    from spec_adapters.models import find_default_gguf, load_target
+    from spec_adapters.hf.models import find_default_gguf, load_target
 
     if args.target is None:
         try:
@@ -94,7 +94,7 @@ def _load_target(args, install: bool = False):
 
 
 def _pool_config(args, **extra):
-    from spec_adapters.pool import PoolConfig
+    from spec_adapters.app.pool import PoolConfig
 
     kw = {"domains": args.domains}
     for name in ("max_train_tokens", "eagle_steps", "extra_shards", "ngram_order"):
@@ -106,7 +106,7 @@ def _pool_config(args, **extra):
 
 
 def _prepare(args) -> dict:
-    from spec_adapters.domains import load_domains, prepare_domains
+    from spec_adapters.app.domains import load_domains, prepare_domains
 
     try:
         prepare_domains(args.cache_dir, args.domains)
@@ -119,7 +119,7 @@ def _prepare(args) -> dict:
 # commands
 # ------------------------------------------------------------------------------------------
 def cmd_prepare_data(args) -> int:
-    from spec_adapters.domains import prepare_domains
+    from spec_adapters.app.domains import prepare_domains
 
     try:
         metas = prepare_domains(args.cache_dir, args.domains, n_prompts=args.n_prompts,
@@ -133,7 +133,7 @@ def cmd_prepare_data(args) -> int:
 
 
 def cmd_train_drafters(args) -> int:
-    from spec_adapters.pool import describe, load_pool
+    from spec_adapters.app.pool import describe, load_pool
 
     _setup_threads(args.threads)
     model, tok = _load_target(args)
@@ -154,7 +154,7 @@ def cmd_train_drafters(args) -> int:
 
 
 def _router_package(install: bool) -> None:
-    from spec_adapters.router import MINILM_WHEEL, find_minilm
+    from spec_adapters.app.router import MINILM_WHEEL, find_minilm
 
     try:
         find_minilm()
@@ -184,8 +184,8 @@ def cmd_train_head(args) -> int:
 
 
 def cmd_bench(args) -> int:
-    from spec_adapters.bench import PRESETS, markdown_tables, run_bench, with_overrides
-    from spec_adapters.pool import load_pool
+    from spec_adapters.app.bench import PRESETS, markdown_tables, run_bench, with_overrides
+    from spec_adapters.app.pool import load_pool
 
     _setup_threads(args.threads)
     cfg = with_overrides(PRESETS[args.preset], queries_per_domain=args.queries_per_domain,
@@ -215,8 +215,8 @@ DEMO_METHODS = ("target", "generalist", "exp3spec", "normalhedge", "oracle")
 
 def cmd_demo(args) -> int:
     """Set up what is missing (target wheel, domain data, pool), then a small mixed stream."""
-    from spec_adapters.bench import LABELS, PRESETS, run_bench, with_overrides
-    from spec_adapters.pool import load_pool
+    from spec_adapters.app.bench import LABELS, PRESETS, run_bench, with_overrides
+    from spec_adapters.app.pool import load_pool
 
     t0 = time.perf_counter()
     _setup_threads(args.threads)
@@ -287,9 +287,9 @@ class _ChunkPrinter:
 def cmd_generate(args) -> int:
     import torch
 
-    from spec_adapters.domains import chat_ids
-    from spec_adapters.pool import load_pool
-    from spec_adapters.single import HedgeSpecDecoder
+    from spec_adapters.app.domains import chat_ids
+    from spec_adapters.app.pool import load_pool
+    from spec_adapters.decoding.chain import HedgeSpecDecoder
 
     _setup_threads(args.threads)
     model, tok = _load_target(args)
@@ -450,7 +450,7 @@ def main(argv=None) -> int:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     args = build_parser().parse_args(argv)
-    from spec_adapters.pool import PoolCorruptError
+    from spec_adapters.app.pool import PoolCorruptError
 
     try:
         return args.func(args)

@@ -259,7 +259,7 @@ class Records:
 # the benchmark
 # ------------------------------------------------------------------------------------------
 def _decoder(model, drafters, k, policy):
-    from spec_adapters.single import HedgeSpecDecoder
+    from spec_adapters.decoding.chain import HedgeSpecDecoder
 
     return HedgeSpecDecoder(model, drafters, draft_length=k, policy=policy)
 
@@ -307,7 +307,7 @@ def run_bench(model, tokenizer, pool, domains: dict, cfg: BenchConfig, out_dir,
     Parameters
     ----------
     model, tokenizer : the target.
-    pool : spec_adapters.pool.Pool
+    pool : spec_adapters.app.pool.Pool
     domains : dict name -> Domain (benchmark prompts are taken from ``Domain.prompts``).
     cfg : BenchConfig
     out_dir : path-like
@@ -320,7 +320,7 @@ def run_bench(model, tokenizer, pool, domains: dict, cfg: BenchConfig, out_dir,
     """
     from tqdm.auto import tqdm
 
-    from spec_adapters.domains import chat_ids
+    from spec_adapters.app.domains import chat_ids
 
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -448,9 +448,9 @@ def _overheads(model, tokenizer, pool, domains, cfg: BenchConfig, out: Path) -> 
 
     from onlinelearn.delayed import QPMD
     from onlinelearn.normalhedge import NormalHedge
-    from spec_adapters.domains import chat_ids
-    from spec_adapters.sampling import SamplingConfig
-    from spec_adapters.target import TargetModel
+    from spec_adapters.app.domains import chat_ids
+    from spec_adapters.core.sampling import SamplingConfig
+    from spec_adapters.hf.target import TargetModel
 
     f = out / "overhead.json"
     if f.is_file():

@@ -29,7 +29,7 @@ Two stages, both idempotent and cached under ``<cache_dir>``:
    meta.json}`` from a :class:`Sources` (written to a temporary folder, renamed when complete).
    :func:`load_domain` reads one back.
 
-Sizes and licences: ``docs/data.md``. Command line: ``python -m spec_adapters.domains``.
+Sizes and licences: ``docs/data.md``. Command line: ``python -m spec_adapters.app.domains``.
 """
 
 from __future__ import annotations
@@ -56,7 +56,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from spec_adapters.atomic import atomic_folder
+from spec_adapters.store.atomic import atomic_folder
 
 __all__ = [
     "DOMAINS",
@@ -678,7 +678,7 @@ def load_domain(name: str, cache_dir: str | os.PathLike) -> Domain:
     if not _complete(folder):
         raise FileNotFoundError(
             f"domain {name!r} is not prepared (or incomplete) in {folder}; run "
-            f"`python -m spec_adapters.domains --cache-dir {cache_dir}`")
+            f"`python -m spec_adapters.app.domains --cache-dir {cache_dir}`")
 
     def rows(f):
         with open(folder / f, encoding="utf-8") as fh:
@@ -748,7 +748,7 @@ def ngram_drafters(cache_dir: str | os.PathLike, tokenizer, names: Iterable[str]
                    *, vocab_size: int | None = None, order: int = 4,
                    context_weight: float = 0.0, answers: dict | None = None,
                    answer_weight: float = 20.0) -> list:
-    """One :class:`~spec_adapters.ngram.NGramDrafter` per prepared domain (named
+    """One :class:`~spec_adapters.drafters.ngram.NGramDrafter` per prepared domain (named
     ``ngram-<domain>``), built from its ``train.jsonl`` and cached as
     ``<cache_dir>/drafters/ngram-<domain>-<key>.npz``; later calls load the file (~0.1 s).
 
@@ -763,7 +763,7 @@ def ngram_drafters(cache_dir: str | os.PathLike, tokenizer, names: Iterable[str]
     order : int
         Longest n-gram context.
     context_weight : float
-        See :class:`~spec_adapters.ngram.NGramDrafter` (set on the returned drafters).
+        See :class:`~spec_adapters.drafters.ngram.NGramDrafter` (set on the returned drafters).
     answers : dict, optional
         ``domain -> list of token-id lists``, e.g. from :func:`target_answers`; each answer is
         a document weighted ``answer_weight`` (the target's own style counts more than the raw
@@ -772,7 +772,7 @@ def ngram_drafters(cache_dir: str | os.PathLike, tokenizer, names: Iterable[str]
     The cache key covers the domain's prepared files, the order, the tokenizer's vocabulary and
     the answers, so any change gets a fresh build; an unreadable file is rebuilt.
     """
-    from spec_adapters.ngram import NGramDrafter
+    from spec_adapters.drafters.ngram import NGramDrafter
 
     if context_weight < 0 or answer_weight <= 0:
         raise ValueError("need context_weight >= 0 and answer_weight > 0")
@@ -821,10 +821,10 @@ def chat_ids(tokenizer, prompt: str, system: str | None = None):
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m spec_adapters.domains [--cache-dir .cache] [--domains a,b] ...``"""
+    """``python -m spec_adapters.app.domains [--cache-dir .cache] [--domains a,b] ...``"""
     import argparse
 
-    p = argparse.ArgumentParser(prog="python -m spec_adapters.domains",
+    p = argparse.ArgumentParser(prog="python -m spec_adapters.app.domains",
                                 description="Fetch and prepare the domain corpora (idempotent).")
     p.add_argument("--cache-dir", default=os.environ.get("HEDGESPEC_CACHE", ".cache"))
     p.add_argument("--domains", default=",".join(DOMAINS),

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import torch
 
-from spec_adapters.sampling import check_distribution
+from spec_adapters.core.sampling import check_distribution
 
 __all__ = [
     "corrected_acceptance_length",

@@ -1,25 +1,19 @@
-"""Drafters: the ``Drafter`` protocol every drafter kind implements, and ``HFDrafter``.
+"""transformers causal LMs as drafters: ``HFDrafter`` and ``StackedHFDrafters`` (N models, one
+vmapped pass).
 
-A drafter keeps its own view of the *verified* context. Three verbs (see
-``docs/architecture.md``, "the single-draft round"):
 
-- ``start(prompt_ids)``: reset to a new query and prefill the prompt;
-- ``propose(k, sampling, generator)``: draft ``k`` tokens from the verified context by sampling
-  from the warped distribution, returning the tokens and the warped distributions ``q`` they were
-  drawn from; nothing is committed;
-- ``extend(tokens)``: append verified tokens and return the logits that predicted each of them,
-  which is what counterfactual evaluation (gamma for every drafter) needs.
+Both implement :class:`spec_adapters.drafters.base.Drafter`.
 """
 
 from __future__ import annotations
 
 import copy
-import numbers
-from typing import TYPE_CHECKING, Protocol, runtime_checkable
+from typing import TYPE_CHECKING
 
 import torch
 
-from spec_adapters.target import (
+from spec_adapters.drafters.base import Drafter, check_k
+from spec_adapters.hf.target import (
     _cache_kwarg,
     context_length,
     crop_cache,
@@ -29,39 +23,9 @@ from spec_adapters.target import (
 )
 
 if TYPE_CHECKING:
-    from spec_adapters.sampling import SamplingConfig
+    pass
 
-__all__ = ["Drafter", "HFDrafter", "StackedHFDrafters", "as_drafter", "check_vocab",
-           "expand_drafters"]
-
-
-@runtime_checkable
-class Drafter(Protocol):
-    """What the decoders need from a drafter. Distributions are over the full target vocabulary.
-
-    Attributes
-    ----------
-    name : str
-        Shown in stats and benchmarks.
-    vocab_size : int
-        Length ``V`` of the distributions it returns; must equal the target's.
-    """
-
-    name: str
-    vocab_size: int
-
-    def start(self, prompt_ids: torch.LongTensor) -> None:
-        """Reset to a new query: prefill the 1-D prompt; cache the next-token logits."""
-
-    def propose(self, k: int, sampling: SamplingConfig, generator: torch.Generator | None
-                ) -> tuple[torch.LongTensor, torch.Tensor]:
-        """Draft ``k`` tokens from the verified context, each sampled from
-        ``sampling.probs(logits)``; return tokens (k,) and those warped distributions q (k, V).
-        Does not commit anything. ``k`` must be an integer >= 1 (``ValueError`` otherwise)."""
-
-    def extend(self, tokens: torch.LongTensor) -> torch.Tensor:
-        """Append ``m`` verified tokens; return the logits (m, V) that predicted each of them
-        (row j = logits given context + tokens[:j])."""
+__all__ = ["HFDrafter", "StackedHFDrafters", "as_drafter", "expand_drafters"]
 
 
 class HFDrafter:
@@ -108,7 +72,7 @@ class HFDrafter:
     def propose(self, k, sampling, generator=None):
         if self._next_logits is None:
             raise RuntimeError("HFDrafter.propose called before start()")
-        _check_k(k)
+        check_k(k)
         tokens, qs = [], []
         logits = self._next_logits
         for j in range(k):
@@ -337,19 +301,13 @@ class _StackedMember:
         self.group._member_start(self, prompt_ids)
 
     def propose(self, k, sampling, generator=None):
-        _check_k(k)
+        check_k(k)
         return self.group._member_propose(self, k, sampling, generator)
 
     def extend(self, tokens: torch.LongTensor) -> torch.Tensor:
         if self.length is None:
             raise RuntimeError(f"{self.name}: extend called before start()")
         return self.group._member_extend(self, tokens)
-
-
-def _check_k(k) -> None:
-    """``propose``'s draft length must be an integer >= 1 (a ``ValueError`` otherwise)."""
-    if isinstance(k, bool) or not isinstance(k, numbers.Integral) or k < 1:
-        raise ValueError(f"k (number of draft tokens) must be an integer >= 1, got {k!r}")
 
 
 def expand_drafters(drafters) -> list:
@@ -369,12 +327,3 @@ def as_drafter(obj, index: int) -> Drafter:
                                                          or type(obj).__name__))
     raise ValueError(f"drafters[{index}] is neither a Drafter nor a transformers model: "
                      f"{type(obj).__name__}")
-
-
-def check_vocab(drafters, vocab_size: int) -> None:
-    """Raise ``ValueError`` naming every drafter whose vocabulary differs from the target's."""
-    bad = [f"{d.name!r} ({d.vocab_size})" for d in drafters if d.vocab_size != vocab_size]
-    if bad:
-        raise ValueError(f"drafter vocabulary size mismatch: the target has {vocab_size} "
-                         f"logits but drafters {', '.join(bad)} differ; a drafter must share the "
-                         "target's tokenizer and vocabulary")

@@ -353,7 +353,7 @@ def speculative_accept(
     ``K`` are accepted, sample a bonus token from ``p_{K+1}``. The output is then distributed
     exactly as ``p`` (lossless), and the probability that ``x_k`` is accepted given the prefix is
     ``sum_x min(p_k(x), q_k(x))`` (Theorem 1 of the HedgeSpec paper; see
-    :func:`spec_adapters.acceptance.acceptance_probability`).
+    :func:`spec_adapters.core.acceptance.acceptance_probability`).
 
     Parameters
     ----------
@@ -497,7 +497,7 @@ def tree_accept(
     The output token sequence is distributed exactly as the target (for any tree chosen from
     the past), and the probability that some child of a node is accepted is the target mass of
     its distinct children tokens (Theorem 2; see
-    :func:`spec_adapters.acceptance.tree_acceptance`). Drafter probabilities are not needed:
+    :func:`spec_adapters.core.acceptance.tree_acceptance`). Drafter probabilities are not needed:
     EAGLE builds the tree deterministically (top-k), so each child is a point proposal.
 
     Parameters

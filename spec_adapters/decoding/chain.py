@@ -11,7 +11,7 @@ One round (HedgeSpec paper, Figure 1; ``docs/architecture.md``, "the single-draf
    returns its distributions there, giving ``gamma`` (Theorem 1) and ``rho`` per drafter and
    position;
 5. **update**: rounds whose window of ``K`` positions is now verified get a loss per drafter
-   (EAL or TAP, :mod:`spec_adapters.rounds`) fed to the delayed-feedback policy; rounds still
+   (EAL or TAP, :mod:`spec_adapters.core.rounds`) fed to the delayed-feedback policy; rounds still
    open when generation stops are censored.
 
 Losslessness: the drafts and the acceptance rule use the same :class:`SamplingConfig` for ``p``
@@ -31,11 +31,11 @@ from typing import Any
 import numpy as np
 import torch
 
+from spec_adapters.core.policies import FixedPolicy, bandit_loss, make_policy
+from spec_adapters.core.rounds import LOSSES, RoundTable, position_stats
+from spec_adapters.core.sampling import SamplingConfig, speculative_accept
 from spec_adapters.drafters import as_drafter, check_vocab, expand_drafters
-from spec_adapters.policies import FixedPolicy, bandit_loss, make_policy
-from spec_adapters.rounds import LOSSES, RoundTable, position_stats
-from spec_adapters.sampling import SamplingConfig, speculative_accept
-from spec_adapters.target import TargetModel
+from spec_adapters.hf.target import TargetModel
 
 __all__ = ["GenerateOutput", "HedgeSpecDecoder"]
 
@@ -111,13 +111,13 @@ class HedgeSpecDecoder:
     draft_length : int, default 5
         ``K >= 1`` tokens drafted per round.
     policy : str or learner, default "normalhedge"
-        See :func:`spec_adapters.policies.make_policy`; also ``"oracle"`` (runs every drafter
+        See :func:`spec_adapters.core.policies.make_policy`; also ``"oracle"`` (runs every drafter
         fixed and returns the run with the best mean accepted tokens; for benchmarks).
     loss : {"eal", "tap"}, default "eal"
         Expected-acceptance-length or token-acceptance-probability loss (Theorem 3).
     delay : {"onarrival", "qpmd", "bold"}, default "onarrival"
         Delayed-feedback reduction around full-information learners (see
-        :mod:`spec_adapters.policies` for the choice).
+        :mod:`spec_adapters.core.policies` for the choice).
     carry_state : bool, default False
         Keep the learner's state across ``generate`` calls instead of resetting it per query.
 

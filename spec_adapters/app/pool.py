@@ -7,7 +7,7 @@ Layout, one folder per target (``<cache_dir>/pool/<target-id>/``)::
     eagle-<domain>/          EagleHead (save_pretrained) per domain        (optional)
     eagle-general/           EagleHead on the mix                           (optional)
     extra-<domain>-<s>.npz   shard-trained n-gram drafters for the pool-size sweep (optional)
-    router.npz               domain router (spec_adapters.router)           (optional)
+    router.npz               domain router (spec_adapters.app.router)           (optional)
     <entry>.json             sidecar of every entry: kind, size and sha256 of its files, the
                              build settings; written last, so an entry without a valid
                              sidecar is incomplete
@@ -36,7 +36,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from spec_adapters.atomic import atomic_folder
+from spec_adapters.store.atomic import atomic_folder
 
 __all__ = ["Pool", "PoolConfig", "PoolCorruptError", "build_pool", "load_pool", "pool_dir",
            "prompt_lookup"]
@@ -99,7 +99,7 @@ class PoolConfig:
     seed: int = 0
 
     def __post_init__(self) -> None:
-        from spec_adapters.domains import _check_names
+        from spec_adapters.app.domains import _check_names
 
         self.domains = tuple(_check_names(self.domains))
         if self.answers_per_domain < 0 or self.answer_tokens < 1 or self.answer_weight <= 0:
@@ -269,7 +269,7 @@ def _mix(tokens: dict[str, list[list[int]]], budget: int) -> list[list[int]]:
 
 def _save_ngram(docs, vocab_size: int, order: int, name: str, path: Path, settings: dict,
                 answers=(), answer_weight: float = 1.0):
-    from spec_adapters.ngram import NGramDrafter
+    from spec_adapters.drafters.ngram import NGramDrafter
 
     answers = list(answers)
     kw = {"weights": [1.0] * len(docs) + [answer_weight] * len(answers)} if answers else {}
@@ -308,7 +308,7 @@ def _save_answers(model, tokenizer, domain, cfg: PoolConfig, path: Path, setting
     import torch
     from tqdm.auto import tqdm
 
-    from spec_adapters.domains import chat_ids
+    from spec_adapters.app.domains import chat_ids
 
     prompts = list(domain.train_prompts[:cfg.answers_per_domain]) or \
         [t[:300] for t in domain.train[:cfg.answers_per_domain]]
@@ -378,11 +378,11 @@ def build_pool(model, tokenizer, cache_dir, config: PoolConfig | None = None, *,
     Parameters
     ----------
     model, tokenizer
-        The target (see :func:`spec_adapters.models.load_target`).
+        The target (see :func:`spec_adapters.hf.models.load_target`).
     cache_dir : path-like
     config : PoolConfig
     domains : dict of name -> Domain, optional
-        Default: :func:`spec_adapters.domains.load_domains` from ``cache_dir`` (prepared first
+        Default: :func:`spec_adapters.app.domains.load_domains` from ``cache_dir`` (prepared first
         if needed).
     progress : bool
         tqdm bar over the entries (and the head trainer's own bars).
@@ -395,14 +395,14 @@ def build_pool(model, tokenizer, cache_dir, config: PoolConfig | None = None, *,
     """
     from tqdm.auto import tqdm
 
-    from spec_adapters.target import output_vocab_size
+    from spec_adapters.hf.target import output_vocab_size
 
     cfg = config or PoolConfig()
     folder = pool_dir(cache_dir, model, tokenizer)
     folder.mkdir(parents=True, exist_ok=True)
     V = output_vocab_size(model)
     if domains is None:
-        from spec_adapters.domains import load_domains, prepare_domains
+        from spec_adapters.app.domains import load_domains, prepare_domains
 
         prepare_domains(cache_dir, cfg.domains)
         domains = load_domains(cache_dir, cfg.domains)
@@ -460,7 +460,7 @@ def build_pool(model, tokenizer, cache_dir, config: PoolConfig | None = None, *,
         if name.startswith("answers-"):
             _save_answers(model, tokenizer, domains[settings["domain"]], cfg, path, settings)
         elif name == "router":
-            from spec_adapters.router import Router
+            from spec_adapters.app.router import Router
 
             texts, labels = _router_texts(domains, seed=cfg.seed)
             Router(list(cfg.domains)).fit(texts, labels).save(path)
@@ -503,7 +503,7 @@ def _budget(docs: list[list[int]], budget: int, skip: int = 0) -> list[list[int]
 # loading
 # ------------------------------------------------------------------------------------------
 def prompt_lookup(vocab_size: int):
-    from spec_adapters.ngram import PromptLookupDrafter
+    from spec_adapters.drafters.ngram import PromptLookupDrafter
 
     return PromptLookupDrafter(vocab_size, max_ngram=3, name="prompt-lookup")
 
@@ -515,8 +515,8 @@ def load_pool(model, tokenizer, cache_dir, config: PoolConfig | None = None, *,
     With ``build=False`` a missing or corrupt entry is a :class:`PoolCorruptError` naming it
     and the command that builds it.
     """
-    from spec_adapters.ngram import NGramDrafter
-    from spec_adapters.target import output_vocab_size
+    from spec_adapters.drafters.ngram import NGramDrafter
+    from spec_adapters.hf.target import output_vocab_size
 
     cfg = config or PoolConfig()
     if build:
@@ -568,7 +568,7 @@ def load_pool(model, tokenizer, cache_dir, config: PoolConfig | None = None, *,
             heads.append(h)
     router = None
     if cfg.router:
-        from spec_adapters.router import Router
+        from spec_adapters.app.router import Router
 
         router = entry(folder / "router.npz", Router.load)
     return Pool(drafters, names, domain_of, heads, extras, router, folder)

@@ -1,0 +1,1 @@
+"""transformers-facing code: the target wrapper (KV cache, verify, crop) and model loading."""

@@ -1,0 +1,1 @@
+"""On-disk cache folders: written atomically, complete or absent."""
