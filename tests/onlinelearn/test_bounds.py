@@ -72,18 +72,19 @@ def test_bounds_values_on_known_inputs():
 
 
 @pytest.mark.parametrize(
-    "call",
+    ("call", "words"),
     [
-        lambda: bounds.hedge_fixed_bound(3, 10, 0.0),
-        lambda: bounds.hedge_tuned_bound(0, 10),
-        lambda: bounds.normalhedge_bound(3, 10, eps=0.0, delta=0.5),
-        lambda: bounds.normalhedge_bound(3, 10, eps=0.5, delta=0.6),
-        lambda: bounds.exp3ix_bound(1, 10, 0.1),
-        lambda: bounds.exp3ix_bound(3, 10, 1.0),
-        lambda: bounds.ucb1_bound([-0.1], 10),
-        lambda: bounds.ucb1_pulls_bound(0.0, 10),
+        (lambda: bounds.hedge_fixed_bound(3, 10, 0.0), r"eta must be > 0"),
+        (lambda: bounds.hedge_tuned_bound(0, 10), r"n must be >= 1"),
+        (lambda: bounds.normalhedge_bound(3, 10, eps=0.0, delta=0.5), r"eps must be in \(0, 1\]"),
+        (lambda: bounds.normalhedge_bound(3, 10, eps=0.5, delta=0.6),
+         r"delta must be in \(0, 1/2\]"),
+        (lambda: bounds.exp3ix_bound(1, 10, 0.1), r"needs n >= 2 arms"),
+        (lambda: bounds.exp3ix_bound(3, 10, 1.0), r"delta must be in \(0, 1\)"),
+        (lambda: bounds.ucb1_bound([-0.1], 10), r"gaps must be >= 0"),
+        (lambda: bounds.ucb1_pulls_bound(0.0, 10), r"gap must be > 0"),
     ],
 )
-def test_bounds_reject_out_of_domain_arguments(call):
-    with pytest.raises(ValueError):
+def test_bounds_reject_out_of_domain_arguments(call, words):
+    with pytest.raises(ValueError, match=words):
         call()
