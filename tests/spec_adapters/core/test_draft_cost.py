@@ -1,0 +1,118 @@
+"""(drafter, k) experts: truncated acceptance lengths, online step costs, the time loss."""
+
+import numpy as np
+import pytest
+
+from spec_adapters.core.draft_cost import (
+    StepCosts,
+    acceptance_lengths,
+    expert_losses,
+    expert_of,
+    n_experts,
+)
+
+
+def test_acceptance_lengths_truncate_the_estimator_by_hand():
+    gamma = [[1.0, 0.5, 0.2], [0.0, 1.0, 1.0]]
+    rho = [[1.0, 0.5, 1.0], [0.0, 1.0, 1.0]]
+    al = acceptance_lengths(gamma, rho)
+    # drafter 0: 1, 1 + 1, + 1*0.5, + (1*0.5)*0.2 ; drafter 1: rejected at once
+    np.testing.assert_allclose(al, [[1.0, 2.0, 2.5, 2.6], [1.0, 1.0, 1.0, 1.0]])
+    # the paper's product form: weights are products of gammas
+    np.testing.assert_allclose(acceptance_lengths([[0.5, 0.5]]), [[1.0, 1.5, 1.75]])
+
+
+def test_expert_index_round_trips():
+    assert n_experts(3, 4) == 15
+    assert [expert_of(e, 4) for e in (0, 4, 5, 14)] == [(0, 0), (0, 4), (1, 0), (2, 4)]
+
+
+def test_time_loss_by_hand_prefers_not_drafting_when_verification_is_dear():
+    # one drafter, K = 2, greedy: its first draft is right, the second wrong
+    gamma = [[1.0, 0.0]]
+    al = acceptance_lengths(gamma)  # [1, 2, 2]
+    costs = np.array([[1.0, 3.0, 3.5]])  # a 2-token verify costs 3 plain steps
+    loss = expert_losses(gamma, None, costs, "time")
+    tau, K = 1.0, 2
+    expect = (costs - tau * al + tau * (K + 1)) / (costs.max() + tau * K)
+    np.testing.assert_allclose(loss, expect.reshape(-1))
+    assert int(np.argmin(loss)) == 0  # k = 0: 1 s/token beats 1.5 s/token
+    # cheap verification: the same acceptance now makes k = 1 the best expert
+    cheap = expert_losses(gamma, None, np.array([[1.0, 1.2, 1.4]]), "time")
+    assert int(np.argmin(cheap)) == 1
+
+
+def test_time_loss_orders_experts_like_time_per_token_at_the_optimum():
+    rng = np.random.default_rng(0)
+    for _ in range(200):
+        g = rng.uniform(size=(3, 4))
+        c = np.sort(rng.uniform(0.5, 3.0, size=(3, 5)), axis=1)
+        al = acceptance_lengths(g)
+        ratio = c / al
+        tau = ratio.min()  # Dinkelbach at the optimum: argmin of the loss = argmin of c / AL
+        loss = expert_losses(g, None, c, "time", tau=tau)
+        assert int(np.argmin(loss)) == int(np.argmin(ratio))
+        assert loss.min() >= 0 and loss.max() <= 1
+
+
+def test_mat_loss_is_the_truncated_eal_loss_and_prefers_full_length():
+    gamma = [[0.9, 0.8, 0.7]]
+    loss = expert_losses(gamma, None, None, "mat")
+    al = acceptance_lengths(gamma)[0]
+    np.testing.assert_allclose(loss, (4 - al) / 4)
+    assert int(np.argmin(loss)) == 3
+
+
+def test_nothing_measured_falls_back_to_acceptance_only():
+    costs = StepCosts(2, 3).round_costs()
+    assert costs.shape == (2, 4) and not costs.any()
+    g = [[0.5, 0.5, 0.5], [1.0, 1.0, 1.0]]
+    np.testing.assert_allclose(expert_losses(g, None, costs, "time"),
+                               expert_losses(g, None, None, "mat"))
+
+
+def test_step_costs_interpolate_and_average():
+    c = StepCosts(2, 3, alpha=0.5)
+    c.observe_target(1, 1.0).observe_target(4, 4.0)
+    np.testing.assert_allclose(c.target_curve(), [1.0, 2.0, 3.0, 4.0])
+    c.observe_target(1, 2.0)  # EMA with alpha 0.5
+    assert c.target_curve()[0] == pytest.approx(1.5)
+    c.observe_draft(0, 2, 0.2)  # 0.1 s per token; drafter 1 unmeasured -> the mean
+    c.observe_overhead(0.05)
+    rc = c.round_costs()
+    np.testing.assert_allclose(rc[0], c.target_curve() + 0.1 * np.arange(4) + 0.05)
+    np.testing.assert_allclose(rc[1], rc[0])
+    assert c.state_dict()["per_token"] == [pytest.approx(0.1), None]
+
+
+@pytest.mark.parametrize(("call", "match"), [
+    (lambda c: c.observe_target(0, 1.0), "n_tokens"),
+    (lambda c: c.observe_target(5, 1.0), "n_tokens"),
+    (lambda c: c.observe_target(1, float("nan")), "seconds"),
+    (lambda c: c.observe_draft(2, 1, 1.0), "drafter"),
+    (lambda c: c.observe_draft(0, 0, 1.0), "k must"),
+    (lambda c: c.observe_overhead(-1.0), "seconds"),
+])
+def test_step_costs_reject_bad_observations_unchanged(call, match):
+    c = StepCosts(2, 3)
+    c.observe_target(1, 1.0)
+    before = c.state_dict()
+    with pytest.raises(ValueError, match=match):
+        call(c)
+    assert c.state_dict() == before
+
+
+@pytest.mark.parametrize(("kwargs", "match"), [
+    ({"loss": "speed"}, "unknown draft-length loss"),
+    ({"costs": None}, "needs the round costs"),
+    ({"costs": np.ones((1, 2))}, "costs must have shape"),
+    ({"costs": -np.ones((1, 3))}, "finite and >= 0"),
+    ({"costs": np.ones((1, 3)), "tau": float("inf")}, "tau"),
+    ({"gamma": [[1.5, 0.0]], "costs": np.ones((1, 3))}, "gamma must lie"),
+    ({"gamma": [[0.5, 0.5]], "rho": [[0.5]], "costs": np.ones((1, 3))}, "rho must have"),
+])
+def test_expert_losses_reject_bad_input(kwargs, match):
+    args = {"gamma": [[0.5, 0.5]], "rho": None, "costs": np.ones((1, 3)), "loss": "time"}
+    args.update(kwargs)
+    with pytest.raises(ValueError, match=match):
+        expert_losses(**args)
