@@ -137,14 +137,18 @@ def test_weights_are_a_fresh_array_each_call(name):
 
 
 @pytest.mark.parametrize("name", sorted(ALL))
-def test_sample_returns_an_arm_with_positive_weight(name):
+def test_sample_draws_arms_with_the_law_of_the_weights(name):
+    """10^4 seeded draws: each arm's frequency within 5 standard errors of its weight (never an
+    arm of weight 0), and every draw a plain ``int``."""
     rng = np.random.default_rng(3)
     learner = ALL[name](5)
     feed(learner, rng, 20)
     w = learner.weights
-    for _ in range(50):
-        arm = learner.sample(rng)
-        assert isinstance(arm, int) and 0 <= arm < 5 and w[arm] > 0
+    draws = [learner.sample(rng) for _ in range(10_000)]
+    assert all(type(arm) is int for arm in draws)
+    freq = np.bincount(draws, minlength=5) / len(draws)
+    assert freq.shape == (5,)
+    np.testing.assert_array_less(np.abs(freq - w), 5 * np.sqrt(w * (1 - w) / len(draws)) + 1e-12)
 
 
 @pytest.mark.parametrize("name", sorted(ALL))
@@ -311,22 +315,22 @@ def test_bad_n_raises_value_error(name, bad_n):
 
 
 @pytest.mark.parametrize(
-    "make",
+    ("make", "words"),
     [
-        lambda: ol.Hedge(3, eta=0.0),
-        lambda: ol.Hedge(3, eta=-1.0),
-        lambda: ol.Hedge(3, eta=float("nan")),
-        lambda: ol.Hedge(3, eta=True),
-        lambda: ol.Hedge(3, horizon=0),
-        lambda: ol.Hedge(3, horizon=10.0),
-        lambda: ol.Hedge(3, eta=0.1, horizon=10),
-        lambda: ol.Exp3(3, eta=float("inf")),
-        lambda: ol.Exp3IX(3, gamma=-0.1),
-        lambda: ol.Exp3IX(3, gamma=float("nan")),
+        (lambda: ol.Hedge(3, eta=0.0), "eta must be finite and > 0"),
+        (lambda: ol.Hedge(3, eta=-1.0), "eta must be finite and > 0"),
+        (lambda: ol.Hedge(3, eta=float("nan")), "eta must be finite and > 0"),
+        (lambda: ol.Hedge(3, eta=True), "eta must be a real number"),
+        (lambda: ol.Hedge(3, horizon=0), "horizon must be >= 1"),
+        (lambda: ol.Hedge(3, horizon=10.0), "horizon must be an integer"),
+        (lambda: ol.Hedge(3, eta=0.1, horizon=10), "at most one of eta and horizon"),
+        (lambda: ol.Exp3(3, eta=float("inf")), "eta must be finite and > 0"),
+        (lambda: ol.Exp3IX(3, gamma=-0.1), "gamma must be finite and >= 0"),
+        (lambda: ol.Exp3IX(3, gamma=float("nan")), "gamma must be finite and >= 0"),
     ],
 )
-def test_bad_hyper_parameters_raise_value_error(make):
-    with pytest.raises(ValueError):
+def test_bad_hyper_parameters_raise_value_error(make, words):
+    with pytest.raises(ValueError, match=words):
         make()
 
 
@@ -342,20 +346,24 @@ def test_bad_state_dict_raises_value_error_and_leaves_state_unchanged(name):
     before = copy.deepcopy(learner.state_dict())
     other = "Hedge" if name != "Hedge_fixed" else "AdaHedge"
     wrong = [
-        {**before, "class": other if other != type(learner).__name__ else "UCB1"},
-        {**before, "n": 4},
-        {k: v for k, v in before.items() if k not in ("class", "n")} | {"class": None},
-        "not a dict",
+        ({**before, "class": other if other != type(learner).__name__ else "UCB1"},
+         "state was made by"),
+        ({**before, "n": 4}, "state is for n=4"),
+        ({k: v for k, v in before.items() if k not in ("class", "n")} | {"class": None},
+         "state was made by None"),
+        ("not a dict", "state must be a dict"),
     ]
     for key, value in before.items():
         if isinstance(value, list):
-            wrong.append({**before, key: value[:-1]})
-            wrong.append({**before, key: [float("nan")] * len(value)})
+            wrong.append(({**before, key: value[:-1]}, rf"state\['{key}'\] must have shape"))
+            wrong.append(({**before, key: [float("nan")] * len(value)},
+                          rf"state\['{key}'\] must be finite"))
         if key == "t":
-            wrong.append({**before, "t": -1})
+            wrong.append(({**before, "t": -1}, r"state\['t'\] must be >= 0"))
     first_key = next(k for k in before if k not in ("class", "n"))
-    wrong.append({k: v for k, v in before.items() if k != first_key})
-    for state in wrong:
-        with pytest.raises(ValueError):
+    wrong.append(({k: v for k, v in before.items() if k != first_key},
+                  rf"missing keys \['{first_key}'\]"))
+    for state, words in wrong:
+        with pytest.raises(ValueError, match=words):
             learner.load_state_dict(state)
         assert learner.state_dict() == before
