@@ -231,24 +231,29 @@ def test_load_state_dict_rejects_malformed_and_changes_nothing(reduction):
         d.update(changes)
         return d
 
+    rid = good["outstanding"][0][0]
     bads = [
-        broken(**{"class": "Other"}),
-        broken(n=n + 1),
-        broken(full_information=False),
-        broken(next_round=-1),
-        broken(outstanding=[[99, 0]]),
-        broken(outstanding=[[good["outstanding"][0][0], n]]),
-        broken(censored=[*good["censored"], good["outstanding"][0][0]]),
-        {k: v for k, v in good.items() if k != "censored"},
-        "not a dict",
+        (broken(**{"class": "Other"}), "state was made by 'Other'"),
+        (broken(n=n + 1), "state is for n=4"),
+        (broken(full_information=False), "state is for full_information=False"),
+        (broken(next_round=-1), "next_round must be >= 0"),
+        (broken(outstanding=[[99, 0]]), r"round id must be in \[0, 12\), got 99"),
+        (broken(outstanding=[[rid, n]]), rf"arm of round {rid} must be in \[0, 3\)"),
+        (broken(censored=[*good["censored"], rid]), "both outstanding and censored"),
+        ({k: v for k, v in good.items() if k != "censored"}, r"missing keys \['censored'\]"),
+        ("not a dict", "state must be a dict"),
     ]
     if reduction == "BOLD":
-        bads += [broken(owners=[]), broken(pool=[]), broken(owners=[[r, 0] for r, _ in
-                                                                   good["outstanding"]])]
+        bads += [(broken(owners=[]), "owners must list exactly the outstanding rounds"),
+                 (broken(pool=[]), "pool must hold at least one copy"),
+                 (broken(owners=[[r, 0] for r, _ in good["outstanding"]]),
+                  "a copy owns two outstanding rounds")]
     if reduction == "QPMD":
-        bads += [broken(pending=n), broken(queues=[[0, [[good["censored"][0], [0.1] * n]]]])]
-    for bad in bads:
-        with pytest.raises(ValueError):
+        bads += [(broken(pending=n), r"pending must be in \[0, 3\)"),
+                 (broken(queues=[[0, [[good["censored"][0], [0.1] * n]]]]),
+                  "is outstanding, censored or repeated")]
+    for bad, words in bads:
+        with pytest.raises(ValueError, match=words):
             target_dl.load_state_dict(bad)
         assert snapshot(target_dl) == target_before
     assert snapshot(dl) == before
