@@ -14,6 +14,7 @@ A drafter keeps its own view of the *verified* context. Three verbs (see
 from __future__ import annotations
 
 import numbers
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 import torch
@@ -21,7 +22,7 @@ import torch
 if TYPE_CHECKING:
     from spec_adapters.core.sampling import SamplingConfig
 
-__all__ = ["Drafter", "check_k", "check_vocab"]
+__all__ = ["Drafter", "check_k", "check_vocab", "sample_draft"]
 
 
 @runtime_checkable
@@ -57,6 +58,48 @@ def check_k(k) -> None:
     """``propose``'s draft length must be an integer >= 1 (a ``ValueError`` otherwise)."""
     if isinstance(k, bool) or not isinstance(k, numbers.Integral) or k < 1:
         raise ValueError(f"k (number of draft tokens) must be an integer >= 1, got {k!r}")
+
+
+def sample_draft(k: int, sampling: SamplingConfig, generator: torch.Generator | None,
+                 logits_after: Callable[[torch.LongTensor], torch.Tensor]
+                 ) -> tuple[torch.LongTensor, torch.Tensor]:
+    """Draft ``k`` tokens autoregressively from a drafter's next-token logits.
+
+    For ``j = 0 .. k-1``: ``q_j = sampling.probs(logits_after(x_{<j}))`` and
+    ``x_j ~ q_j`` (``torch.multinomial`` with ``generator``; at temperature 0 ``q_j`` is the
+    one-hot argmax, so greedy drafting is the same path). This is the ``propose`` step every
+    :class:`Drafter` shares; what differs between drafters is only ``logits_after``.
+
+    Parameters
+    ----------
+    k : int
+        Number of draft tokens, an integer >= 1 (checked by :func:`check_k` before anything
+        runs).
+    sampling : SamplingConfig
+        The warping (temperature / top-p / top-k) applied to every row.
+    generator : torch.Generator or None
+    logits_after : callable
+        ``logits_after(drafts)`` returns the logits (V,) of the token after the verified
+        context followed by the 1-D ``drafts`` tensor. It is called ``k`` times, with
+        ``drafts[:0], drafts[:1], ..., drafts[:k-1]`` in that order (never after the last
+        draft), so a cached model may feed only the newest token ``drafts[-1:]``.
+
+    Returns
+    -------
+    tokens : torch.LongTensor
+        ``(k,)`` int64.
+    q : torch.Tensor
+        ``(k, V)``, row ``j`` the warped distribution ``x_j`` was drawn from.
+    """
+    check_k(k)
+    tokens: list[torch.Tensor] = []
+    qs: list[torch.Tensor] = []
+    for _ in range(k):
+        drafts = torch.cat(tokens) if tokens else torch.empty(0, dtype=torch.long)
+        q = sampling.probs(logits_after(drafts))
+        tokens.append(torch.multinomial(q, 1, generator=generator).long())
+        qs.append(q)
+    return torch.cat(tokens), torch.stack(qs)
 
 
 def check_vocab(drafters, vocab_size: int) -> None:

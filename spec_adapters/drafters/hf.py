@@ -1,18 +1,16 @@
 """transformers causal LMs as drafters: ``HFDrafter`` and ``StackedHFDrafters`` (N models, one
 vmapped pass).
 
-
 Both implement :class:`spec_adapters.drafters.base.Drafter`.
 """
 
 from __future__ import annotations
 
 import copy
-from typing import TYPE_CHECKING
 
 import torch
 
-from spec_adapters.drafters.base import Drafter, check_k
+from spec_adapters.drafters.base import Drafter, sample_draft
 from spec_adapters.hf.target import (
     _cache_kwarg,
     context_length,
@@ -21,9 +19,6 @@ from spec_adapters.hf.target import (
     new_cache,
     output_vocab_size,
 )
-
-if TYPE_CHECKING:
-    pass
 
 __all__ = ["HFDrafter", "StackedHFDrafters", "as_drafter", "expand_drafters"]
 
@@ -72,18 +67,14 @@ class HFDrafter:
     def propose(self, k, sampling, generator=None):
         if self._next_logits is None:
             raise RuntimeError("HFDrafter.propose called before start()")
-        check_k(k)
-        tokens, qs = [], []
-        logits = self._next_logits
-        for j in range(k):
-            q = sampling.probs(logits)
-            token = torch.multinomial(q, 1, generator=generator)
-            tokens.append(token)
-            qs.append(q)
-            if j + 1 < k:
-                logits = self._forward(token)[-1]
-        crop_cache(self._cache, self._length)  # drafts are not verified: forget them
-        return torch.cat(tokens), torch.stack(qs)
+
+        def logits_after(drafts: torch.LongTensor) -> torch.Tensor:
+            return self._next_logits if drafts.numel() == 0 else self._forward(drafts[-1:])[-1]
+
+        try:
+            return sample_draft(k, sampling, generator, logits_after)
+        finally:
+            crop_cache(self._cache, self._length)  # drafts are not verified: forget them
 
     def extend(self, tokens: torch.LongTensor) -> torch.Tensor:
         if self._next_logits is None:
@@ -271,16 +262,13 @@ class StackedHFDrafters:
         cache = new_cache(self.base)
         for layer in range(self._layers):
             cache.update(self.keys[layer][i], self.values[layer][i], layer)
-        tokens, qs = [], []
-        logits = self.next_logits[i]
-        for j in range(k):
-            q = sampling.probs(logits)
-            token = torch.multinomial(q, 1, generator=generator)
-            tokens.append(token)
-            qs.append(q)
-            if j + 1 < k:  # the stacked cache is not touched: update() concatenates
-                logits = self._member_forward(i, cache, token)[-1]
-        return torch.cat(tokens), torch.stack(qs)
+
+        def logits_after(drafts: torch.LongTensor) -> torch.Tensor:
+            # the stacked cache is not touched: update() concatenates into a copy
+            return self.next_logits[i] if drafts.numel() == 0 else \
+                self._member_forward(i, cache, drafts[-1:])[-1]
+
+        return sample_draft(k, sampling, generator, logits_after)
 
 
 class _StackedMember:
@@ -301,7 +289,6 @@ class _StackedMember:
         self.group._member_start(self, prompt_ids)
 
     def propose(self, k, sampling, generator=None):
-        check_k(k)
         return self.group._member_propose(self, k, sampling, generator)
 
     def extend(self, tokens: torch.LongTensor) -> torch.Tensor:

@@ -33,6 +33,8 @@ from typing import TYPE_CHECKING
 import numpy as np
 import torch
 
+from spec_adapters.drafters.base import sample_draft
+
 if TYPE_CHECKING:
     from spec_adapters.core.sampling import SamplingConfig
 
@@ -153,17 +155,8 @@ class _ContextDrafter:
         Returns tokens (k,) int64 and their warped distributions q (k, V) float32.
         """
         context = self._require_started("propose")
-        if k < 1:
-            raise ValueError(f"k must be >= 1, got {k}")
-        drafted: list[int] = []
-        tokens, qs = [], []
-        for _ in range(k):
-            q = sampling.probs(self._logits(context + drafted))
-            tok = torch.multinomial(q, 1, generator=generator)
-            drafted.append(int(tok))
-            tokens.append(tok)
-            qs.append(q)
-        return torch.cat(tokens).long(), torch.stack(qs)
+        return sample_draft(k, sampling, generator,
+                            lambda drafts: self._logits(context + drafts.tolist()))
 
     def extend(self, tokens: torch.LongTensor) -> torch.Tensor:
         """Append verified tokens; return log-probabilities (m, V), row ``j`` given the context

@@ -13,6 +13,7 @@ from spec_adapters.drafters import (
     as_drafter,
     check_vocab,
 )
+from spec_adapters.drafters.base import sample_draft
 
 
 def _full_logits(model, ids):
@@ -78,6 +79,28 @@ def test_propose_rejects_a_bad_draft_length(tiny_llama, k):
             d.propose(k, SamplingConfig(0.0))
         tokens, q = d.propose(2, SamplingConfig(0.0))  # still usable
         assert tokens.shape == (2,) and q.shape == (2, 64)
+
+
+def test_sample_draft_feeds_each_prefix_once_in_order_and_returns_the_rows_it_drew_from():
+    V = 11
+    seen = []
+
+    def logits_after(drafts):  # point mass on 3 * len(drafts) + 1 (an independent oracle)
+        seen.append(drafts.tolist())
+        logits = torch.full((V,), -30.0)
+        logits[(3 * len(drafts) + 1) % V] = 0.0
+        return logits
+
+    tokens, q = sample_draft(4, SamplingConfig(1.0), torch.Generator().manual_seed(0),
+                             logits_after)
+    assert tokens.dtype == torch.long and tokens.tolist() == [1, 4, 7, 10]
+    assert seen == [[], [1], [1, 4], [1, 4, 7]]  # never after the last draft
+    torch.testing.assert_close(q, torch.softmax(torch.stack(
+        [logits_after(tokens[:j]) for j in range(4)]), -1))
+    seen.clear()
+    with pytest.raises(ValueError, match=r"k \(number of draft tokens\) must be"):
+        sample_draft(0, SamplingConfig(0.0), None, logits_after)
+    assert seen == []  # checked before any logits are computed
 
 
 def test_vocab_mismatch_names_the_drafter(tiny_llama):

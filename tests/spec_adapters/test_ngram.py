@@ -158,12 +158,22 @@ def test_bad_input_raises(corpus):
     with pytest.raises(ValueError, match="outside"):
         d.start(torch.tensor([3, 99]))
     d.start(torch.tensor([3]))
-    with pytest.raises(ValueError, match="k must be"):
+    with pytest.raises(ValueError, match=r"k \(number of draft tokens\) must be an integer >= 1"):
         d.propose(0, GREEDY, None)
     with pytest.raises(ValueError, match="outside"):
         NGramDrafter.from_corpus([[1, 2, 16]], 16)
     with pytest.raises(ValueError, match="order"):
         NGramDrafter.from_corpus([[1, 2]], 16, order=0)
+
+
+@pytest.mark.parametrize("k", [0, -1, 2.5, True])
+def test_both_drafters_reject_a_bad_draft_length_and_stay_usable(corpus, k):
+    for d in (NGramDrafter.from_corpus(corpus, 16), PromptLookupDrafter(16)):
+        d.start(torch.tensor([3, 4, 3]))
+        with pytest.raises(ValueError, match=r"k \(number of draft tokens\) must be"):
+            d.propose(k, GREEDY, None)
+        tokens, q = d.propose(2, GREEDY, None)
+        assert tokens.shape == (2,) and q.shape == (2, 16)
 
 
 def naive_prompt_lookup(context, V, max_ngram):
