@@ -78,8 +78,11 @@ def test_draft_vocab_is_the_most_frequent_tokens():
     assert build_draft_vocab(ids, 10, 3).tolist() == [3, 5, 8]
     assert build_draft_vocab(ids, 10, 3, always=(9,)).tolist() == [3, 5, 9]
     assert build_draft_vocab(ids, 10, 7).tolist() == [0, 1, 2, 3, 4, 5, 8]  # filled by id
-    with pytest.raises(ValueError):
-        build_draft_vocab(ids, 10, 11)
+    for size in (0, 11):
+        with pytest.raises(ValueError, match=rf"draft vocab size must be in \[1, 10\], got {size}"):
+            build_draft_vocab(ids, 10, size)
+    with pytest.raises(ValueError, match="outside the target vocabulary"):
+        build_draft_vocab(torch.tensor([1, 12]), 10, 3)
 
 
 def test_default_feature_layers_are_low_middle_high():
