@@ -7,13 +7,14 @@ import torch
 
 from spec_adapters.core.sampling import SamplingConfig
 from spec_adapters.drafters import (
-    Drafter,
     HFDrafter,
     StackedHFDrafters,
     as_drafter,
     check_vocab,
 )
 from spec_adapters.drafters.base import sample_draft
+
+from .drafter_contract import check_drafter_contract
 
 
 def _full_logits(model, ids):
@@ -61,11 +62,18 @@ def test_greedy_proposal_is_the_drafters_argmax_chain(tiny_llama):
     assert tokens.tolist() == ref[0, 3:].tolist()
 
 
-def test_hf_drafter_implements_the_protocol_and_models_are_wrapped(tiny_llama):
-    model = tiny_llama(vocab_size=64, seed=3)
-    assert isinstance(HFDrafter(model), Drafter)
-    wrapped = as_drafter(model, 2)
-    assert isinstance(wrapped, HFDrafter) and wrapped.vocab_size == 64
+def test_hf_drafters_keep_the_protocol_and_models_are_wrapped(tiny_llama):
+    models = [tiny_llama(vocab_size=64, seed=s) for s in (3, 4)]
+    check_drafter_contract(HFDrafter(models[0]), [1, 9, 17, 4], 64)
+    check_drafter_contract(StackedHFDrafters(models).members[1], [1, 9, 17, 4], 64)
+    wrapped = as_drafter(models[0], 2)
+    assert type(wrapped) is HFDrafter and wrapped.name.startswith("drafter2:")
+    check_drafter_contract(wrapped, [1, 9, 17, 4], 64)
+    wrapped.start(torch.tensor([1, 9, 17]))
+    torch.testing.assert_close(wrapped.extend(torch.tensor([4, 5])),
+                               _full_logits(models[0], [1, 9, 17, 4, 5])[2:4],
+                               atol=1e-5, rtol=1e-5)
+    assert as_drafter(wrapped, 0) is wrapped
     with pytest.raises(ValueError, match=r"drafters\[1\]"):
         as_drafter("not a model", 1)
 

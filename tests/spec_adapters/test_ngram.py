@@ -12,8 +12,9 @@ import pytest
 import torch
 
 from spec_adapters.core.sampling import SamplingConfig
-from spec_adapters.drafters import Drafter
 from spec_adapters.drafters.ngram import NGramDrafter, PromptLookupDrafter, context_keys
+
+from .drafter_contract import check_drafter_contract
 
 torch.set_num_threads(1)
 GREEDY = SamplingConfig(temperature=0.0)
@@ -210,9 +211,11 @@ def test_prompt_lookup_copies_from_the_prompt_and_from_its_own_drafts():
     torch.testing.assert_close(p, torch.full((V,), 1.0 / V))
 
 
-def test_both_drafters_satisfy_the_protocol(corpus):
-    assert isinstance(NGramDrafter.from_corpus(corpus, 16), Drafter)
-    assert isinstance(PromptLookupDrafter(16), Drafter)
+def test_both_drafters_keep_the_protocol(corpus):
+    check_drafter_contract(NGramDrafter.from_corpus(corpus, 16), [12, 13, 3], 16)
+    check_drafter_contract(NGramDrafter.from_corpus(corpus, 16, context_weight=2.0),
+                           [3, 4, 3, 4, 3], 16)
+    check_drafter_contract(PromptLookupDrafter(16), [12, 13, 14, 12, 13], 16)
 
 
 def naive_corpus_plus_context(docs, context, V, order, base, w):
