@@ -1,12 +1,19 @@
-"""Package boundaries: onlinelearn stays numpy/scipy only; spec_adapters exports lazily."""
+"""Package boundaries: onlinelearn stays numpy/scipy only; spec_adapters exports lazily; every
+module imports in a fresh interpreter; the library never imports the application; the
+project's modules import one another without cycles."""
 
 from __future__ import annotations
 
+import ast
 import importlib
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGES = ("spec_adapters", "onlinelearn", "proofs_check")
 
 
 def _modules_after(statement: str) -> set[str]:
@@ -49,3 +56,127 @@ def test_unknown_spec_adapters_name_is_an_attribute_error_and_submodules_still_i
     from spec_adapters.core import estimators  # a submodule, not an export
 
     assert estimators.__name__ == "spec_adapters.core.estimators"
+
+
+def project_modules(root: Path = ROOT) -> dict[str, Path]:
+    """Dotted name -> file of every module of :data:`PACKAGES` under ``root``."""
+    out = {}
+    for pkg in PACKAGES:
+        for f in sorted((root / pkg).rglob("*.py")):
+            parts = f.relative_to(root).with_suffix("").parts
+            out[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = f
+    return out
+
+
+def _run_time_nodes(tree: ast.AST):
+    """Every node of ``tree`` except those under ``if TYPE_CHECKING:`` (never executed)."""
+    stack = [tree]
+    while stack:
+        node = stack.pop()
+        yield node
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, ast.If) and "TYPE_CHECKING" in ast.unparse(child.test):
+                stack.extend(child.orelse)
+            else:
+                stack.append(child)
+
+
+def import_graph(root: Path = ROOT) -> dict[str, set[str]]:
+    """Module -> the project modules it imports anywhere in its body (function-local imports
+    included: they run too), read from the AST; relative imports resolved."""
+    known = project_modules(root)
+    graph = {}
+    for name, path in known.items():
+        package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+        edges = set()
+        for node in _run_time_nodes(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.Import):
+                targets = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                base = node.module or ""
+                if node.level:
+                    up = package.split(".")[:len(package.split(".")) - node.level + 1]
+                    base = ".".join([*up, *([base] if base else [])])
+                targets = [f"{base}.{a.name}" for a in node.names]  # a submodule, or a name
+            else:
+                continue
+            for t in targets:
+                while t and t not in known:  # a name inside a module: the module
+                    t = t.rpartition(".")[0]
+                if t and t != name:
+                    edges.add(t)
+        graph[name] = edges
+    return graph
+
+
+def import_cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components with more than one module (Tarjan), sorted."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    found = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        for w in graph[v]:
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while not comp or comp[-1] != v:
+                comp.append(stack.pop())
+            if len(comp) > 1:
+                found.append(sorted(comp))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return sorted(found)
+
+
+def test_every_module_imports_in_a_fresh_interpreter():
+    names = sorted(project_modules())
+    assert {"spec_adapters.app.cli", "onlinelearn.delayed", "proofs_check.checks"} <= set(names)
+    code = "\n".join(f"import {m}" for m in names)
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          cwd=ROOT)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+
+
+def test_the_library_never_imports_the_application():
+    graph = import_graph()
+    library = [m for m in graph if m.startswith("spec_adapters.")
+               and not m.startswith("spec_adapters.app")]
+    assert "spec_adapters.eagle.train" in library and "spec_adapters.drafters.hf" in library
+    bad = {m: sorted(t for t in graph[m] if t.split(".")[:2] == ["spec_adapters", "app"])
+           for m in library}
+    assert not {m: t for m, t in bad.items() if t}, bad
+
+
+def test_the_project_has_no_import_cycles():
+    assert import_cycles(import_graph()) == []
+
+
+def test_the_cycle_finder_sees_a_circle_through_function_local_and_relative_imports(tmp_path):
+    """The shape of the circle removed from ``eagle/train.py``: a lazy import back into the
+    CLI from a library function, relative imports in the library."""
+    files = {"spec_adapters/__init__.py": "",
+             "spec_adapters/app/__init__.py": "",
+             "spec_adapters/app/cli.py": "def main():\n    from spec_adapters.eagle import train\n",
+             "spec_adapters/eagle/__init__.py": "from .train import fit\n",
+             "spec_adapters/eagle/train.py":
+                 "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    import onlinelearn\n"
+                 "def fit():\n    from spec_adapters.app.cli import main\n",
+             "onlinelearn/__init__.py": "import spec_adapters.eagle\n",
+             "proofs_check/__init__.py": ""}
+    for name, text in files.items():
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text(text)
+    graph = import_graph(tmp_path)
+    assert graph["spec_adapters.eagle"] == {"spec_adapters.eagle.train"}
+    assert graph["spec_adapters.eagle.train"] == {"spec_adapters.app.cli"}  # not TYPE_CHECKING
+    assert import_cycles(graph) == [["spec_adapters.app.cli", "spec_adapters.eagle.train"]]

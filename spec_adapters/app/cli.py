@@ -167,20 +167,44 @@ def _router_package(install: bool) -> None:
 def cmd_train_head(args) -> int:
     import json
 
-    from spec_adapters.eagle.train import TrainConfig, _load_tokens, train_head
+    from spec_adapters.eagle.train import TrainConfig, load_token_ids, train_head
 
     _setup_threads(args.threads)
-    model, _tok = _load_target(args)
-    cfg = TrainConfig(**{k: getattr(args, k) for k in TrainConfig.__dataclass_fields__})
     try:
-        corpus = _load_tokens(args.corpus)
-        heldout = _load_tokens(args.heldout) if args.heldout else None
+        cfg = TrainConfig(**{k: getattr(args, k) for k in TrainConfig.__dataclass_fields__})
+        corpus = load_token_ids(args.corpus)
+        heldout = load_token_ids(args.heldout) if args.heldout else None
     except (OSError, ValueError) as err:
         raise UserError(f"cannot read token ids: {err}") from None
-    _, hist = train_head(model, corpus, args.out, cfg, heldout=heldout,
-                         progress=not args.no_progress)
+    model, _tok = _load_target(args)
+    try:
+        _, hist = train_head(model, corpus, args.out, cfg, heldout=heldout,
+                             progress=not args.no_progress)
+    except ValueError as err:
+        raise UserError(f"train-head: {err}") from None
     print(json.dumps(hist[-1] if hist else {}, indent=2))
     return 0
+
+
+def _train_head_args(p: argparse.ArgumentParser) -> None:
+    """``train-head``: the token files, the output folder, the target, every TrainConfig
+    field as ``--field-name``."""
+    from spec_adapters.eagle.train import TrainConfig
+
+    p.add_argument("--corpus", required=True,
+                   help="token ids: a .npy array, a .safetensors file holding one tensor, or a "
+                        "text file of integers (pickled .pt files are refused)")
+    p.add_argument("--heldout", default=None, help="held-out token ids (same formats)")
+    p.add_argument("--out", required=True, help="checkpoint / output directory (resumable)")
+    p.add_argument("--target", default=None,
+                   help="target: a local transformers model path (default: models.load_target)")
+    for name, f in TrainConfig.__dataclass_fields__.items():
+        flag = "--" + name.replace("_", "-")
+        if isinstance(f.default, bool):
+            p.add_argument(flag, action="store_true", default=f.default)
+        else:
+            p.add_argument(flag, type=type(f.default), default=f.default)
+    p.add_argument("--no-progress", action="store_true")
 
 
 def cmd_bench(args) -> int:
@@ -400,12 +424,11 @@ def build_parser() -> argparse.ArgumentParser:
     s.set_defaults(func=cmd_train_drafters)
 
     s = sub.add_parser("train-head", help="train one EAGLE head on a token file",
-                       description="spec_adapters.eagle.train on the target.")
+                       description="Trains (or resumes) one EAGLE head for the target on a "
+                       "token-id file (spec_adapters.eagle.train.train_head).")
     s.add_argument("--cache-dir", default=os.environ.get("HEDGESPEC_CACHE", ".cache"))
     s.add_argument("--threads", type=int, default=None)
-    from spec_adapters.eagle.train import add_train_head_arguments
-
-    add_train_head_arguments(s)  # --corpus, --out, --target, TrainConfig fields
+    _train_head_args(s)
     s.set_defaults(func=cmd_train_head)
 
     s = sub.add_parser("bench", help="the benchmark of docs/benchmark.md (resumable)",

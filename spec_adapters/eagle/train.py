@@ -25,25 +25,31 @@ is bit-identical to an uninterrupted run (same seed). Deterministic for a given 
 
 Cost: one target forward (no grad) plus one head forward/backward per step; the target
 dominates. See docs/eagle.md for measured step times and the estimate for SmolLM2-135M.
+
+Token files for :func:`train_head` are read by :func:`load_token_ids` (``.npy``,
+``.safetensors`` or text; pickles are refused). The command line is ``hedgespec train-head``
+(:mod:`spec_adapters.app.cli`).
 """
 
 from __future__ import annotations
 
-import argparse
 import math
-import sys
+import os
+import pickle
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+import numpy as np
 import torch
 import torch.nn.functional as fn
 
 from .head import EagleHead, EagleHeadConfig, build_draft_vocab
 
-__all__ = ["TrainConfig", "add_train_head_arguments", "evaluate_head", "main", "train_head"]
+__all__ = ["TrainConfig", "evaluate_head", "head_loss", "load_token_ids", "train_head"]
 
 STATE_NAME = "trainer_state.pt"
+PICKLE_SUFFIXES = (".pt", ".pth", ".pkl", ".pickle", ".bin")
 
 
 @dataclass
@@ -80,8 +86,72 @@ class TrainConfig:
 
 
 def _as_corpus(tokens) -> torch.LongTensor:
-    t = torch.as_tensor(tokens).reshape(-1).long()
-    return t
+    return torch.as_tensor(tokens).reshape(-1).long()
+
+
+def load_token_ids(path: str | os.PathLike) -> torch.LongTensor:
+    """Read a token-id corpus from a file, without ever unpickling it.
+
+    The format is chosen by the suffix:
+
+    - ``.npy``: an integer numpy array, read with ``np.load(allow_pickle=False)`` (object
+      arrays, which hold pickles, are refused);
+    - ``.safetensors``: a file holding exactly one integer tensor;
+    - anything else: UTF-8 text of whitespace-separated integers.
+
+    Pickle-based files (``.pt``, ``.pth``, ``.pkl``, ``.pickle``, ``.bin``) are refused
+    outright: unpickling a file runs whatever code it names (``torch.load`` included, once
+    ``TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD=1`` is set). Save ids with ``numpy.save`` instead.
+
+    Parameters
+    ----------
+    path : str or os.PathLike
+
+    Returns
+    -------
+    torch.LongTensor
+        The ids flattened to 1-D (row-major), int64.
+
+    Raises
+    ------
+    ValueError
+        A pickle suffix; a file that is not of its format; non-integer or negative ids; a
+        ``.safetensors`` file with other than one tensor. The message names the file.
+    OSError
+        The file cannot be read (e.g. it does not exist).
+    """
+    path = Path(path)
+    suffix = path.suffix.lower()
+    if suffix in PICKLE_SUFFIXES:
+        raise ValueError(f"{path}: {suffix} files are pickles, and reading one can run "
+                         "arbitrary code; save the token ids with numpy.save (.npy), as "
+                         ".safetensors or as a text file of integers")
+    from safetensors import SafetensorError
+
+    try:
+        if suffix == ".npy":
+            ids = np.load(path, allow_pickle=False)
+        elif suffix == ".safetensors":
+            from safetensors.numpy import load_file
+
+            tensors = load_file(path)
+            if len(tensors) != 1:
+                raise ValueError(f"it holds {len(tensors)} tensors, not one")
+            (ids,) = tensors.values()
+        else:
+            ids = np.array([int(w) for w in path.read_text(encoding="utf-8").split()],
+                           dtype=np.int64)
+    except (ValueError, SafetensorError) as err:  # UnicodeDecodeError is a ValueError
+        raise ValueError(f"{path} is not a token-id file of its format ({suffix or 'text'}): "
+                         f"{err}") from None
+    if not isinstance(ids, np.ndarray):  # np.load of an .npz archive
+        raise ValueError(f"{path} is not a token-id file of its format ({suffix}): an archive")
+    if not np.issubdtype(ids.dtype, np.integer):
+        raise ValueError(f"{path}: token ids must be integers, got dtype {ids.dtype}")
+    ids = torch.from_numpy(np.ascontiguousarray(ids, dtype=np.int64).reshape(-1))
+    if ids.numel() and int(ids.min()) < 0:
+        raise ValueError(f"{path}: token ids must be >= 0, found {int(ids.min())}")
+    return ids
 
 
 @torch.no_grad()
@@ -198,13 +268,16 @@ def train_head(target, corpus, out_dir=None, config: TrainConfig | None = None, 
     corpus = _as_corpus(corpus)
     if corpus.numel() < cfg.seq_len:
         raise ValueError(f"corpus has {corpus.numel()} tokens, fewer than seq_len={cfg.seq_len}")
+    V = int(target.get_input_embeddings().weight.shape[0])
+    if int(corpus.min()) < 0 or int(corpus.max()) >= V:
+        raise ValueError(f"corpus has token ids outside the target's vocabulary [0, {V})")
     out = Path(out_dir) if out_dir is not None else None
     resume = out is not None and (out / STATE_NAME).is_file()
+    state = _load_state(out / STATE_NAME) if resume else None
     torch.manual_seed(cfg.seed)
     if resume:
         head = EagleHead.from_pretrained(out, target=target)
     elif head is None:
-        V = int(target.get_input_embeddings().weight.shape[0])
         eos = getattr(target.config, "eos_token_id", None)
         always = tuple(e for e in ([eos] if isinstance(eos, int) else (eos or ())) if e < V)
         d2t = build_draft_vocab(corpus, V, min(cfg.draft_vocab_size, V), always=always)
@@ -217,8 +290,7 @@ def train_head(target, corpus, out_dir=None, config: TrainConfig | None = None, 
     opt = torch.optim.AdamW(head.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
     gen = torch.Generator().manual_seed(cfg.seed)
     step, history = 0, []
-    if resume:
-        state = torch.load(out / STATE_NAME, weights_only=True)  # plain data: no unpickling
+    if state is not None:
         opt.load_state_dict(state["optimizer"])
         gen.set_state(state["rng"])
         step, history = state["step"], state["history"]
@@ -263,6 +335,22 @@ def train_head(target, corpus, out_dir=None, config: TrainConfig | None = None, 
     return head, history
 
 
+def _load_state(path: Path) -> dict:
+    """The trainer state :func:`_checkpoint` wrote: tensors and plain containers only.
+
+    ``weights_only=True`` is passed explicitly, which ``TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD``
+    cannot override: a file naming any other callable is refused (``ValueError``), never run.
+    """
+    try:
+        state = torch.load(path, weights_only=True)
+    except (pickle.UnpicklingError, RuntimeError, EOFError) as err:
+        raise ValueError(f"{path} is not a trainer state written by train_head (refused, not "
+                         f"loaded): {str(err).splitlines()[0]}") from None
+    if not isinstance(state, dict) or not {"optimizer", "rng", "step", "history"} <= set(state):
+        raise ValueError(f"{path} is not a trainer state written by train_head")
+    return state
+
+
 def _checkpoint(head, opt, gen, step, history, cfg, out: Path) -> None:
     out.mkdir(parents=True, exist_ok=True)
     head.save_pretrained(out)
@@ -270,44 +358,3 @@ def _checkpoint(head, opt, gen, step, history, cfg, out: Path) -> None:
     torch.save({"optimizer": opt.state_dict(), "rng": gen.get_state(), "step": step,
                 "history": history, "config": asdict(cfg)}, tmp)
     tmp.replace(out / STATE_NAME)
-
-
-# ------------------------------------------------------------------------------------------
-# command line: `hedgespec train-head` (spec_adapters.app.cli adds these arguments)
-# ------------------------------------------------------------------------------------------
-def add_train_head_arguments(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
-    """Arguments of ``hedgespec train-head``."""
-    p.add_argument("--corpus", required=True,
-                   help="token ids: a .pt tensor, a .npy array, or a text file of integers")
-    p.add_argument("--heldout", default=None, help="held-out token ids (same formats)")
-    p.add_argument("--out", required=True, help="checkpoint / output directory (resumable)")
-    p.add_argument("--target", default=None,
-                   help="target: a local transformers model path (default: models.load_target)")
-    for name, f in TrainConfig.__dataclass_fields__.items():
-        flag = "--" + name.replace("_", "-")
-        if isinstance(f.default, bool):
-            p.add_argument(flag, action="store_true", default=f.default)
-        else:
-            p.add_argument(flag, type=type(f.default), default=f.default)
-    p.add_argument("--no-progress", action="store_true")
-    return p
-
-
-def _load_tokens(path: str) -> torch.LongTensor:
-    if path.endswith(".pt"):
-        return _as_corpus(torch.load(path))
-    if path.endswith(".npy"):
-        import numpy as np
-        return _as_corpus(torch.from_numpy(np.load(path)))
-    return _as_corpus([int(x) for x in Path(path).read_text().split()])
-
-
-def main(argv=None) -> int:
-    """``python -m spec_adapters.eagle.train ARGS`` = ``hedgespec train-head ARGS``."""
-    from spec_adapters.app.cli import main as cli_main
-
-    return cli_main(["train-head", *(sys.argv[1:] if argv is None else argv)])
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

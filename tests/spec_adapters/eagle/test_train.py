@@ -1,12 +1,16 @@
-"""Head training: learns, is deterministic, resumes bit-identically, reports held-out gamma."""
+"""Head training: learns, is deterministic, resumes bit-identically, reports held-out gamma;
+token files and checkpoints are read without ever running a pickle."""
 
 from __future__ import annotations
 
+import pickle
+
+import numpy as np
 import pytest
 import torch
 
 from spec_adapters.eagle import EagleHead
-from spec_adapters.eagle.train import TrainConfig, evaluate_head, train_head
+from spec_adapters.eagle.train import TrainConfig, evaluate_head, load_token_ids, train_head
 from tests.spec_adapters.eagle.helpers import peaked_target, sample_corpus
 
 CFG = dict(batch_size=2, seq_len=32, lr=1e-2, draft_vocab_size=48, eval_every=4,
@@ -81,17 +85,18 @@ def test_bad_training_input_is_a_value_error(data):
 
 
 def test_command_line_trains_and_resumes(data, tmp_path, capsys):
-    from spec_adapters.eagle.train import main
+    from spec_adapters.app.cli import main
 
     from ..bench_fixtures import make_tokenizer
 
     target, corpus, held = data
     target.save_pretrained(tmp_path / "target")
     make_tokenizer().save_pretrained(tmp_path / "target")  # a model folder, as load_target reads
-    torch.save(corpus, tmp_path / "corpus.pt")
+    np.save(tmp_path / "corpus.npy", corpus.numpy())
     (tmp_path / "held.txt").write_text(" ".join(map(str, held.tolist())))
-    argv = ["--corpus", str(tmp_path / "corpus.pt"), "--heldout", str(tmp_path / "held.txt"),
-            "--out", str(tmp_path / "head"), "--target", str(tmp_path / "target"),
+    argv = ["train-head", "--corpus", str(tmp_path / "corpus.npy"),
+            "--heldout", str(tmp_path / "held.txt"), "--out", str(tmp_path / "head"),
+            "--target", str(tmp_path / "target"), "--cache-dir", str(tmp_path / "cache"),
             "--steps", "3", "--batch-size", "2", "--seq-len", "16", "--draft-vocab-size", "32",
             "--eval-every", "3", "--no-progress"]
     assert main(argv) == 0
@@ -102,6 +107,96 @@ def test_command_line_trains_and_resumes(data, tmp_path, capsys):
     assert main([a if a != "3" else "4" for a in argv]) == 0
     out = capsys.readouterr().out
     assert '"step": 4' in out
+    # a pickled corpus is one clear error line, exit status 2
+    torch.save(corpus, tmp_path / "corpus.pt")
+    assert main([a if not a.endswith("corpus.npy") else str(tmp_path / "corpus.pt")
+                 for a in argv]) == 2
+    assert "pickles" in capsys.readouterr().err
+
+
+class _Payload:
+    """Unpickling this writes ``marker``: what a crafted token or checkpoint file could do."""
+
+    def __init__(self, marker) -> None:
+        self.marker = str(marker)
+
+    def __reduce__(self):
+        return exec, (f"open({self.marker!r}, 'w').write('ran')",)
+
+
+def test_the_crafted_payload_runs_when_unpickled(tmp_path):
+    """The oracle of the two tests below: this payload does run code under plain pickle."""
+    pickle.loads(pickle.dumps(_Payload(tmp_path / "marker")))
+    assert (tmp_path / "marker").read_text() == "ran"
+
+
+def test_token_files_are_never_unpickled(tmp_path, monkeypatch):
+    monkeypatch.setenv("TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD", "1")
+    marker = tmp_path / "marker"
+    raw = pickle.dumps(_Payload(marker))
+    torch.save({"ids": _Payload(marker)}, tmp_path / "ids.pt")
+    (tmp_path / "ids.pkl").write_bytes(raw)
+    np.save(tmp_path / "ids.npy", np.array([_Payload(marker)], dtype=object))  # a pickle inside
+    (tmp_path / "fake.npy").write_bytes(raw)
+    (tmp_path / "ids.txt").write_bytes(raw)
+    (tmp_path / "ids.safetensors").write_bytes(raw)
+    cases = {"ids.pt": "pickles", "ids.pkl": "pickles", "ids.npy": "not a token-id file",
+             "fake.npy": "not a token-id file", "ids.txt": "not a token-id file",
+             "ids.safetensors": "not a token-id file"}
+    for name, message in cases.items():
+        with pytest.raises(ValueError, match=message):
+            load_token_ids(tmp_path / name)
+        assert not marker.exists(), name
+
+
+def test_token_files_round_trip_and_bad_ids_are_value_errors(tmp_path):
+    from safetensors.numpy import save_file
+
+    ids = np.array([[5, 0, 7], [95, 3, 1]], dtype=np.int32)
+    np.save(tmp_path / "a.npy", ids)
+    save_file({"ids": ids}, str(tmp_path / "a.safetensors"))
+    (tmp_path / "a.txt").write_text("5 0 7\n95 3\t1\n")
+    for name in ("a.npy", "a.safetensors", "a.txt"):
+        got = load_token_ids(tmp_path / name)
+        assert got.dtype == torch.long and got.tolist() == [5, 0, 7, 95, 3, 1], name
+    np.save(tmp_path / "f.npy", ids.astype(np.float32))
+    with pytest.raises(ValueError, match="must be integers, got dtype float32"):
+        load_token_ids(tmp_path / "f.npy")
+    np.save(tmp_path / "n.npy", -ids)
+    with pytest.raises(ValueError, match=">= 0, found -95"):
+        load_token_ids(tmp_path / "n.npy")
+    save_file({"a": ids, "b": ids}, str(tmp_path / "two.safetensors"))
+    with pytest.raises(ValueError, match="holds 2 tensors"):
+        load_token_ids(tmp_path / "two.safetensors")
+    (tmp_path / "w.txt").write_text("5 six 7")
+    with pytest.raises(ValueError, match=r"w\.txt is not a token-id file.*six"):
+        load_token_ids(tmp_path / "w.txt")
+    with pytest.raises(FileNotFoundError, match=r"missing\.npy"):
+        load_token_ids(tmp_path / "missing.npy")
+
+
+def test_a_crafted_trainer_state_is_refused_not_run(data, tmp_path, monkeypatch):
+    target, corpus, _ = data
+    cfg = TrainConfig(steps=4, **CFG)
+    train_head(target, corpus, tmp_path / "run", cfg, progress=False, log=None, stop_after=2)
+    monkeypatch.setenv("TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD", "1")
+    marker = tmp_path / "marker"
+    state = tmp_path / "run" / "trainer_state.pt"
+    for write in (lambda: torch.save({"optimizer": _Payload(marker), "rng": 0, "step": 2,
+                                      "history": []}, state),
+                  lambda: state.write_bytes(pickle.dumps(_Payload(marker), protocol=2))):
+        write()
+        with pytest.raises(ValueError, match="not a trainer state written by train_head"):
+            train_head(target, corpus, tmp_path / "run", cfg, progress=False, log=None)
+        assert not marker.exists()
+
+
+def test_corpus_ids_outside_the_vocabulary_are_a_value_error(data):
+    target, corpus, _ = data
+    bad = corpus.clone()
+    bad[7] = 96  # the tiny target has 96 tokens
+    with pytest.raises(ValueError, match=r"outside the target's vocabulary \[0, 96\)"):
+        train_head(target, bad, None, TrainConfig(steps=1, **CFG), progress=False, log=None)
 
 
 def test_draft_row_distillation_target_is_the_renormalised_restriction(data):
