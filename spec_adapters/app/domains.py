@@ -67,9 +67,7 @@ __all__ = [
     "fetch_sources",
     "load_domain",
     "load_domains",
-    "ngram_drafters",
     "prepare_domains",
-    "target_answers",
 ]
 
 DOMAINS = ("code", "math", "sql", "chemistry", "medicine", "biology", "news")
@@ -691,118 +689,6 @@ def load_domain(name: str, cache_dir: str | os.PathLike) -> Domain:
 def load_domains(cache_dir: str | os.PathLike, names: Iterable[str] | None = None
                  ) -> dict[str, Domain]:
     return {d: load_domain(d, cache_dir) for d in _check_names(names)}
-
-
-def target_answers(cache_dir: str | os.PathLike, name: str, model, tokenizer, n: int = 24, *,
-                   max_new_tokens: int = 64, progress: bool = True) -> list[list[int]]:
-    """The target's greedy answers (token ids, prompt excluded) to the first ``n`` training-side
-    prompts of a domain: the text a drafter should imitate (self-distillation).
-
-    Cached in ``<cache_dir>/domains/<name>/answers-<key>.jsonl``, one answer per line, appended
-    as each is generated, so an interrupted run resumes where it stopped and a finished one costs
-    nothing. The key covers the model's name and vocabulary, ``max_new_tokens`` and the domain's
-    prepared files. Cost: ``n * max_new_tokens`` target steps (~60 ms each on one CPU core).
-    """
-    import torch
-
-    dom = load_domain(name, cache_dir)
-    prompts = dom.train_prompts[:n]
-    ident = [getattr(model.config, "name_or_path", ""), model.config.vocab_size, max_new_tokens,
-             dom.meta["files"]]
-    key = hashlib.sha256(json.dumps(ident, sort_keys=True).encode()).hexdigest()[:12]
-    path = _folder(cache_dir, name) / f"answers-{key}.jsonl"
-    done: list[list[int]] = []
-    if path.is_file():
-        for line in path.read_text().splitlines():
-            try:
-                done.append([int(t) for t in json.loads(line)])
-            except (ValueError, TypeError):
-                break  # a line cut by an interruption: regenerate from here
-        path.write_text("".join(json.dumps(a) + "\n" for a in done))
-    todo = prompts[len(done):]
-    if todo:
-        bar = None
-        if progress:
-            with contextlib.suppress(ImportError):
-                from tqdm.auto import tqdm
-
-                bar = tqdm(total=len(todo), desc=f"target answers ({name})", unit="prompt")
-        with open(path, "a") as fh:
-            for prompt in todo:
-                ids = chat_ids(tokenizer, prompt).to(model.device).view(1, -1)
-                with torch.inference_mode():
-                    out = model.generate(ids, attention_mask=torch.ones_like(ids),
-                                         max_new_tokens=max_new_tokens, do_sample=False)
-                answer = out[0, ids.shape[1]:].tolist()
-                fh.write(json.dumps(answer) + "\n")
-                fh.flush()
-                done.append(answer)
-                if bar is not None:
-                    bar.update()
-        if bar is not None:
-            bar.close()
-    return done[:len(prompts)]
-
-
-def ngram_drafters(cache_dir: str | os.PathLike, tokenizer, names: Iterable[str] | None = None,
-                   *, vocab_size: int | None = None, order: int = 4,
-                   context_weight: float = 0.0, answers: dict | None = None,
-                   answer_weight: float = 20.0) -> list:
-    """One :class:`~spec_adapters.drafters.ngram.NGramDrafter` per prepared domain (named
-    ``ngram-<domain>``), built from its ``train.jsonl`` and cached as
-    ``<cache_dir>/drafters/ngram-<domain>-<key>.npz``; later calls load the file (~0.1 s).
-
-    Parameters
-    ----------
-    cache_dir, names
-        Where the domains were prepared; which ones (default all seven).
-    tokenizer
-        The target's tokenizer.
-    vocab_size : int, optional
-        The target's number of logits (default ``len(tokenizer)``).
-    order : int
-        Longest n-gram context.
-    context_weight : float
-        See :class:`~spec_adapters.drafters.ngram.NGramDrafter` (set on the returned drafters).
-    answers : dict, optional
-        ``domain -> list of token-id lists``, e.g. from :func:`target_answers`; each answer is
-        a document weighted ``answer_weight`` (the target's own style counts more than the raw
-        corpus: on math, 12 answers raise the greedy mean accepted length from 1.2 to 2.4).
-
-    The cache key covers the domain's prepared files, the order, the tokenizer's vocabulary and
-    the answers, so any change gets a fresh build; an unreadable file is rebuilt.
-    """
-    from spec_adapters.drafters.ngram import NGramDrafter
-
-    if context_weight < 0 or answer_weight <= 0:
-        raise ValueError("need context_weight >= 0 and answer_weight > 0")
-    V = int(vocab_size or len(tokenizer))
-    vocab = getattr(tokenizer, "get_vocab", dict)()
-    tok_key = hashlib.sha256(json.dumps(sorted(vocab.items())).encode()).hexdigest()[:8]
-    out = []
-    for name in _check_names(names):
-        dom = load_domain(name, cache_dir)
-        extra = (answers or {}).get(name, [])
-        ident = [dom.meta["files"], order, V, tok_key, extra, answer_weight if extra else None]
-        key = hashlib.sha256(json.dumps(ident, sort_keys=True).encode()).hexdigest()[:12]
-        path = Path(cache_dir) / "drafters" / f"ngram-{name}-{key}.npz"
-        drafter = None
-        if path.is_file():
-            try:
-                drafter = NGramDrafter.load(path)
-            except ValueError as err:
-                _log(f"{path} is unreadable ({err}); rebuilding it")
-        if drafter is None:
-            _log(f"building the n-gram drafter of {name} ({dom.meta['train_chars']} chars, "
-                 f"{len(extra)} target answers)")
-            docs = tokenizer(dom.train, add_special_tokens=False)["input_ids"] + list(extra)
-            weights = [1.0] * len(dom.train) + [answer_weight] * len(extra)
-            drafter = NGramDrafter.from_corpus(docs, V, order=order, name=f"ngram-{name}",
-                                               weights=weights)
-            drafter.save(path)
-        drafter.context_weight = float(context_weight)
-        out.append(drafter)
-    return out
 
 
 def chat_ids(tokenizer, prompt: str, system: str | None = None):

@@ -11,7 +11,6 @@ import zipfile
 from pathlib import Path
 
 import pytest
-import torch
 
 from spec_adapters.app import domains as dm
 from spec_adapters.app.domains import (
@@ -247,94 +246,3 @@ def test_prepared_files_are_jsonl_of_strings(tmp_path, sources):
     assert set(meta["files"]) == {"train.jsonl", "prompts.jsonl", "train_prompts.jsonl"}
     rows = [json.loads(x) for x in (folder / "prompts.jsonl").read_text().splitlines()]
     assert rows and all(isinstance(r, str) for r in rows)
-
-
-class CharTokenizer:
-    """A stand-in tokenizer: one token per character (code point modulo the vocabulary)."""
-
-    def __init__(self, vocab: int = 512):
-        self.vocab = vocab
-
-    def __len__(self):
-        return self.vocab
-
-    def get_vocab(self):
-        return {chr(i): i for i in range(self.vocab)}
-
-    def __call__(self, texts, add_special_tokens=False):
-        if isinstance(texts, str):
-            return {"input_ids": [ord(c) % self.vocab for c in texts]}
-        return {"input_ids": [[ord(c) % self.vocab for c in t] for t in texts]}
-
-
-def test_ngram_drafters_are_built_once_then_loaded(tmp_path, sources, monkeypatch):
-    from spec_adapters.drafters.ngram import NGramDrafter
-
-    cache = tmp_path / "cache"
-    prepare_domains(cache, ["sql", "news"], sources=sources, n_prompts=3)
-    tok = CharTokenizer()
-    first = dm.ngram_drafters(cache, tok, ["sql", "news"], order=3)
-    assert [d.name for d in first] == ["ngram-sql", "ngram-news"]
-    files = sorted((cache / "drafters").glob("*.npz"))
-    assert [f.name.split("-")[1] for f in files] == ["news", "sql"]
-    # the sql drafter really is the corpus model of the sql training text
-    sql_text = load_domain("sql", cache).train
-    ref = NGramDrafter.from_texts(sql_text, tok, order=3)
-    ctx = [ord(c) for c in "CREATE TA"]
-    torch.testing.assert_close(first[0].log_probs(ctx), ref.log_probs(ctx))
-
-    def no_build(*a, **k):
-        raise AssertionError("rebuilt although cached")
-
-    monkeypatch.setattr(NGramDrafter, "from_corpus", no_build)
-    again = dm.ngram_drafters(cache, tok, ["sql"], order=3, context_weight=2.0)
-    assert again[0].context_weight == 2.0
-    torch.testing.assert_close(again[0].log_probs(ctx), ref.log_probs(ctx))
-    monkeypatch.undo()
-    files[1].write_bytes(b"garbage")  # a damaged file is rebuilt
-    (rebuilt,) = dm.ngram_drafters(cache, tok, ["sql"], order=3)
-    torch.testing.assert_close(rebuilt.log_probs(ctx), ref.log_probs(ctx))
-    with pytest.raises(ValueError, match="unknown domain"):
-        dm.ngram_drafters(cache, tok, ["cooking"])
-
-
-def test_target_answers_are_the_targets_greedy_replies_cached_and_resumed(
-        tmp_path, sources, tiny_llama, monkeypatch):
-    cache = tmp_path / "cache"
-    prepare_domains(cache, ["math"], sources=sources, n_prompts=2, n_train_prompts=4)
-    model, tok = tiny_llama(vocab_size=96, seed=3), CharTokenizer(96)
-    answers = dm.target_answers(cache, "math", model, tok, n=3, max_new_tokens=5,
-                                progress=False)
-    prompts = load_domain("math", cache).train_prompts[:3]
-    assert len(answers) == 3
-    for prompt, answer in zip(prompts, answers, strict=True):  # oracle: plain generate
-        ids = torch.tensor([tok(prompt)["input_ids"]])
-        ref = model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=5,
-                             do_sample=False)[0, ids.shape[1]:].tolist()
-        assert answer == ref
-
-    (path,) = (cache / "domains" / "math").glob("answers-*.jsonl")
-    lines = path.read_text().splitlines()
-    path.write_text(lines[0] + "\n" + lines[1][:3])  # interrupted mid-line
-    calls = []
-    real = model.generate
-    monkeypatch.setattr(model, "generate", lambda *a, **k: calls.append(1) or real(*a, **k))
-    assert dm.target_answers(cache, "math", model, tok, n=3, max_new_tokens=5,
-                             progress=False) == answers
-    assert len(calls) == 2  # only the two missing answers were generated
-    assert dm.target_answers(cache, "math", model, tok, n=2, max_new_tokens=5,
-                             progress=False) == answers[:2]
-    assert len(calls) == 2
-
-    # answers enter the n-gram drafter with their weight
-    (d,) = dm.ngram_drafters(cache, tok, ["math"], order=2, answers={"math": answers},
-                             answer_weight=50.0)
-    from spec_adapters.drafters.ngram import NGramDrafter
-
-    train = load_domain("math", cache).train
-    ref = NGramDrafter.from_corpus(tok(train)["input_ids"] + answers, 96, order=2,
-                                   weights=[1.0] * len(train) + [50.0] * len(answers))
-    plain = NGramDrafter.from_corpus(tok(train)["input_ids"], 96, order=2)
-    ctx = answers[0][:2]
-    torch.testing.assert_close(d.log_probs(ctx), ref.log_probs(ctx))
-    assert not torch.allclose(d.log_probs(ctx), plain.log_probs(ctx))
