@@ -15,6 +15,10 @@ Verification feeds ``[x_n] + nodes`` to the target in one forward pass over its 
 4-D additive attention mask (node ``i`` sees the whole prefix, its ancestors and itself) and
 position ids ``n + depth(i)``. Afterwards :func:`compact_cache` keeps the prefix, the root and
 the accepted nodes' keys/values, in place, without recomputation.
+
+Devices: the tree's structure (:class:`DraftTree`: tokens, parents, depths) is host-side
+bookkeeping, small integer tensors on the CPU; every tensor a model computes with (positions,
+masks, token ids, cache indices) is made on the head's / target's device and in its dtype.
 """
 
 from __future__ import annotations
@@ -125,6 +129,7 @@ def draft_tree(head, past_k, past_v, root_logits: torch.Tensor, root_hidden: tor
     k = min(config.top_k, int(root_logits.shape[-1]))
     P = int(past_k.shape[2])
     d2t = head.d2t
+    dev = past_k.device
     # candidate lists (index 0 = root)
     score = [0.0]
     depth = [0]
@@ -147,9 +152,9 @@ def draft_tree(head, past_k, past_v, root_logits: torch.Tensor, root_hidden: tor
         toks = d2t[torch.tensor([draft_id[c] for c in frontier], device=d2t.device)]
         h_in = torch.stack([hidden[parent[c]] for c in frontier]).unsqueeze(0)
         emb = head.embed(toks).unsqueeze(0)
-        pos = torch.full((n_new,), P + d - 2, dtype=torch.long)
+        pos = torch.full((n_new,), P + d - 2, dtype=torch.long, device=dev)
         base = tk.shape[2]
-        mask = torch.zeros(n_new, base + n_new, dtype=torch.bool)
+        mask = torch.zeros(n_new, base + n_new, dtype=torch.bool, device=dev)
         mask[:, :P] = True
         rows, cols = [], []
         for r, c in enumerate(frontier):  # drafted ancestors (temporary cache) and itself
@@ -160,7 +165,7 @@ def draft_tree(head, past_k, past_v, root_logits: torch.Tensor, root_hidden: tor
                 a = parent[a]
             rows.append(r)
             cols.append(base + r)
-        mask[rows, cols] = True
+        mask[torch.tensor(rows, device=dev), torch.tensor(cols, device=dev)] = True
         logits, z, nk, nv = head(h_in, emb, pos, tk, tv, mask)
         tk, tv = torch.cat([tk, nk], 2), torch.cat([tv, nv], 2)
         lp = torch.log_softmax(logits[0].float(), -1)
@@ -211,19 +216,19 @@ def verify_tree(model, cache, tree: DraftTree, feature_layers=None):
 
     Returns
     -------
-    logits : ``(M+1, V)`` float32; row ``i`` predicts the token after node ``i``'s path.
-    features : ``(M+1, F*H)`` or None.
+    logits : ``(M+1, V)`` float32 (the precision the acceptance rule's probabilities need);
+        row ``i`` predicts the token after node ``i``'s path.
+    features : ``(M+1, F*H)`` in the model's dtype, or None.
     """
     n = int(cache.get_seq_length())
     m1 = tree.size + 1
-    device = next(model.parameters()).device
-    allowed = torch.cat([torch.ones(m1, n, dtype=torch.bool), ancestor_mask(tree.parents)], 1)
-    dtype = next(model.parameters()).dtype
-    mask = torch.zeros(m1, n + m1, dtype=dtype)
-    mask.masked_fill_(~allowed, torch.finfo(dtype).min)
+    prm = next(model.parameters())
+    device, dtype = prm.device, prm.dtype
+    mask = torch.zeros(m1, n + m1, dtype=dtype, device=device)  # prefix: visible to all
+    mask[:, n:].masked_fill_(~ancestor_mask(tree.parents).to(device), torch.finfo(dtype).min)
     pos = (tree.depths + n).view(1, -1).to(device)
     out = model(input_ids=tree.tokens.view(1, -1).to(device),
-                attention_mask=mask[None, None].to(device), position_ids=pos, use_cache=True,
+                attention_mask=mask[None, None], position_ids=pos, use_cache=True,
                 output_hidden_states=feature_layers is not None,
                 **{_cache_kwarg(model): cache})
     feats = None
@@ -268,9 +273,11 @@ def compact_cache(cache, prefix_len: int, path: list[int], tree_size: int) -> No
         return
     keep = torch.cat([torch.arange(prefix_len + 1),
                       torch.tensor(path, dtype=torch.long) + prefix_len])
+    on_device: dict[torch.device, torch.Tensor] = {}  # one host -> device copy per device
     for layer in layers:
         if not hasattr(layer, "keys"):
             raise TypeError(f"cannot compact cache layer {type(layer).__name__}")
-        idx = keep.to(layer.keys.device)
+        dev = layer.keys.device
+        idx = on_device.setdefault(dev, keep.to(dev))
         layer.keys = layer.keys.index_select(-2, idx)
         layer.values = layer.values.index_select(-2, idx)

@@ -151,3 +151,17 @@ def test_target_name_is_location_independent(tmp_path):
             EagleHead.from_pretrained(tmp_path / "h", target=target)
     finally:
         target.config._name_or_path = old
+
+
+def test_a_head_saved_in_the_old_format_is_a_clear_error(tmp_path):
+    _, _, heads = setup()
+    heads[0].save_pretrained(tmp_path / "h")
+    cfg_path = tmp_path / "h" / "eagle_config.json"
+    old = json.loads(cfg_path.read_text())
+    assert old["format_version"] == 2
+    del old["format_version"]  # what heads saved before the EAGLE-3 final norm look like
+    cfg_path.write_text(json.dumps(old))
+    with pytest.raises(ValueError, match="format 1 is not the current format 2.*retrain"):
+        EagleHead.from_pretrained(tmp_path / "h")
+    with pytest.raises(ValueError, match="format 1 is not"):
+        EagleHeadConfig(**{**old, "format_version": 1})
