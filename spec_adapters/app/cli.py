@@ -271,41 +271,37 @@ def cmd_demo(args) -> int:
 
 
 class _ChunkPrinter:
-    """A transformers-style streamer that prints each verified chunk with its drafter."""
+    """An ``on_round`` callback that prints each round's verified chunk, coloured (or prefixed
+    with ``[name]``) by the drafter that drafted it."""
 
     COLOURS = ("\033[36m", "\033[32m", "\033[33m", "\033[35m", "\033[34m", "\033[31m",
                "\033[96m", "\033[92m", "\033[93m", "\033[95m")
 
-    def __init__(self, tokenizer, names, colour: bool, out=None) -> None:
-        self.tok, self.names, self.colour = tokenizer, names, colour
+    def __init__(self, tokenizer, colour: bool, out=None) -> None:
+        self.tok, self.colour = tokenizer, colour
         self.out = out if out is not None else sys.stdout
         self.rounds = 0
-        self.chooser = None  # set by the decoder wrapper: () -> index of this round's drafter
-        self._prompt_seen = False
         self._ids: list[int] = []
         self._shown = ""
 
-    def put(self, value) -> None:
-        ids = value.view(-1).tolist()
-        if not self._prompt_seen:
-            self._prompt_seen = True
-            return
-        i = self.chooser() if self.chooser else None
-        self._ids += ids
+    def __call__(self, info) -> None:
+        """Print the new text of one round (a :class:`spec_adapters.decoding.RoundInfo`)."""
+        self._ids += info.tokens
         text = self.tok.decode(self._ids, skip_special_tokens=True)
         piece, self._shown = text[len(self._shown):], text
-        name = self.names[i] if i is not None else "?"
         if self.colour:
-            c = self.COLOURS[(i or 0) % len(self.COLOURS)]
+            c = self.COLOURS[info.drafter % len(self.COLOURS)]
             self.out.write(f"{c}{piece}\033[0m")
         else:
-            self.out.write(f"[{name}]{piece}")
+            self.out.write(f"[{info.drafter_name}]{piece}")
         self.out.flush()
         self.rounds += 1
 
     def end(self) -> None:
-        self.out.write("\n")
-        self.out.flush()
+        """End the printed line (if anything was printed)."""
+        if self.rounds:
+            self.out.write("\n")
+            self.out.flush()
 
 
 def cmd_generate(args) -> int:
@@ -325,23 +321,18 @@ def cmd_generate(args) -> int:
     except ValueError as err:
         raise UserError(str(err)) from None
     colour = args.colour == "always" or (args.colour == "auto" and sys.stdout.isatty())
-    printer = _ChunkPrinter(tok, pool.names, colour)
-    orig_select = dec._select
-
-    def select(policy, q):  # remember each round's drafter for the printer
-        rid, i = orig_select(policy, q)
-        printer.chooser = lambda: i
-        return rid, i
-
-    dec._select = select
+    printer = _ChunkPrinter(tok, colour)
     if colour:
         legend = "  ".join(f"{_ChunkPrinter.COLOURS[i % 10]}{n}\033[0m"
                            for i, n in enumerate(pool.names))
         print(f"drafters: {legend}")
     ids = chat_ids(tok, args.prompt).view(1, -1)
-    with torch.inference_mode():
-        out = dec.generate(ids, max_new_tokens=args.max_new_tokens, temperature=args.temperature,
-                           seed=args.seed, streamer=printer)
+    try:
+        with torch.inference_mode():
+            out = dec.generate(ids, max_new_tokens=args.max_new_tokens,
+                               temperature=args.temperature, seed=args.seed, on_round=printer)
+    finally:
+        printer.end()
     s = out.stats
     counts = {}
     for i in s["chosen"]:

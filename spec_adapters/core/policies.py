@@ -20,7 +20,8 @@ has the same verbs): ``play(rng) -> (round_id, arm)``, ``feed(round_id, feedback
   the same quantity by ``L p_i``, which ``onlinelearn.bandits.Exp3`` does itself); UCBSpec's
   "mean(Y) + radius" is UCB1 on that loss. There is no delay, so the wrapper is ``OnArrival``,
   which with zero delay reproduces the base learner exactly.
-- **fixed:<i>**: always drafter ``i``.
+- **fixed:<i>**: always drafter ``i``. It learns nothing, so it is not full-information: the
+  decoders skip counterfactual evaluation for it and feed it the bandit loss (ignored).
 
 ``"oracle"`` is not a policy: the decoder runs every ``fixed:<i>`` and keeps the best.
 """
@@ -46,9 +47,13 @@ def bandit_loss(n_accepted: int, k: int) -> float:
 
 class FixedPolicy:
     """Always play arm ``arm``; keeps the ``DelayedLearner`` bookkeeping (round ids,
-    outstanding, censored) so the decoder treats it like any other policy."""
+    outstanding, censored) so the decoder treats it like any other policy.
 
-    full_information = True
+    ``full_information`` is ``False``: a fixed choice needs no other drafter's loss, so the
+    decoders do not evaluate counterfactuals for it; ``feed`` takes any feedback and ignores
+    it."""
+
+    full_information = False
 
     def __init__(self, n: int, arm: int) -> None:
         if not 0 <= arm < n:

@@ -18,8 +18,8 @@ Its loss per drafter is computed from that window with :mod:`spec_adapters.core.
 - TAP: the acceptance-probability loss of :func:`spec_adapters.core.estimators.tap_loss` on the
 window.
 
-Rounds still open when generation stops (EOS, max_new_tokens) are returned by
-:meth:`RoundTable.close` so the caller censors them explicitly.
+Rounds still open when generation stops (EOS, max_new_tokens) stay in
+:attr:`RoundTable.open_rounds`; the decoder censors them explicitly.
 """
 
 from __future__ import annotations
@@ -79,7 +79,9 @@ class RoundTable:
     Notes
     -----
     Positions are absolute indices into the verified sequence (prompt included); the table
-    starts at the prompt length given to :meth:`reset`.
+    starts at the prompt length given to :meth:`reset`. Windows are read from a live block
+    that starts at the oldest open round, so a round costs ``O(N K)`` whatever the query length;
+    :attr:`gamma` / :attr:`rho` concatenate the whole history once, when asked.
     """
 
     def __init__(self, n: int, draft_length: int, loss: str = "eal", corrected: bool = True):
@@ -94,9 +96,24 @@ class RoundTable:
         self._rho: list[torch.Tensor] = []
         self.end = first_position  # positions first .. end-1 are recorded
         self.open_rounds: dict[int, int] = {}  # round_id -> start position
+        self._live = first_position  # positions live .. end-1 are in the live block
+        self._live_gamma = torch.zeros(self.n, 0, dtype=torch.float64)
+        self._live_rho = torch.zeros(self.n, 0, dtype=torch.float64)
 
     def open(self, round_id: int, start: int) -> None:
-        """A round drafting positions ``start .. start+K-1`` was played."""
+        """A round drafting positions ``start .. start+K-1`` was played.
+
+        Raises
+        ------
+        ValueError
+            ``start`` before the positions still kept (every open round's window was already
+            complete there), or ``round_id`` already open.
+        """
+        if start < self._live:
+            raise ValueError(f"round {round_id} starts at position {start}, before the first "
+                             f"position still kept ({self._live})")
+        if round_id in self.open_rounds:
+            raise ValueError(f"round {round_id} is already open")
         self.open_rounds[round_id] = start
 
     def record(self, gamma: torch.Tensor, rho: torch.Tensor) -> None:
@@ -104,8 +121,11 @@ class RoundTable:
         if gamma.shape != rho.shape or gamma.dim() != 2 or gamma.shape[0] != self.n:
             raise ValueError(f"gamma and rho must both be ({self.n}, m), got "
                              f"{tuple(gamma.shape)} and {tuple(rho.shape)}")
-        self._gamma.append(gamma.detach().double().cpu())
-        self._rho.append(rho.detach().double().cpu())
+        gamma, rho = gamma.detach().double().cpu(), rho.detach().double().cpu()
+        self._gamma.append(gamma)
+        self._rho.append(rho)
+        self._live_gamma = torch.cat([self._live_gamma, gamma], 1)
+        self._live_rho = torch.cat([self._live_rho, rho], 1)
         self.end += gamma.shape[1]
 
     @property
@@ -115,33 +135,25 @@ class RoundTable:
 
     @property
     def rho(self) -> torch.Tensor:
+        """All recorded rho, ``(n, end - first)``."""
         return torch.cat(self._rho, 1) if self._rho else torch.zeros(self.n, 0).double()
-
-    def window_losses(self, start: int) -> np.ndarray:
-        """Loss vector ``(n,)`` in [0, 1] of the round that drafted ``start .. start+K-1``."""
-        lo, hi = start - self.first, start - self.first + self.k
-        gamma, rho = self.gamma[:, lo:hi], self.rho[:, lo:hi]
-        return window_loss(gamma, rho, self.loss, self.corrected)
 
     def pop_completed(self) -> list[tuple[int, np.ndarray]]:
         """Remove and return ``(round_id, losses)`` of every round whose window is verified."""
-        done = [(rid, s) for rid, s in self.open_rounds.items() if s + self.k <= self.end]
-        if not done:
-            return []
-        gamma, rho = self.gamma, self.rho
+        done = sorted((rid, s) for rid, s in self.open_rounds.items() if s + self.k <= self.end)
         out = []
-        for rid, s in sorted(done):
+        for rid, s in done:
             del self.open_rounds[rid]
-            lo = s - self.first
-            out.append((rid, window_loss(gamma[:, lo:lo + self.k], rho[:, lo:lo + self.k],
+            lo = s - self._live
+            out.append((rid, window_loss(self._live_gamma[:, lo:lo + self.k],
+                                         self._live_rho[:, lo:lo + self.k],
                                          self.loss, self.corrected)))
+        keep = min(self.open_rounds.values(), default=self.end)  # drop what no round reads
+        if keep > self._live:
+            self._live_gamma = self._live_gamma[:, keep - self._live:]
+            self._live_rho = self._live_rho[:, keep - self._live:]
+            self._live = keep
         return out
-
-    def close(self) -> list[int]:
-        """Forget and return the ids of rounds still open (to be censored)."""
-        ids = sorted(self.open_rounds)
-        self.open_rounds.clear()
-        return ids
 
 
 def window_loss(gamma: torch.Tensor, rho: torch.Tensor, loss: str, corrected: bool

@@ -1,9 +1,8 @@
 """HedgeSpec over a pool of EAGLE heads with EAGLE-2 draft trees.
 
-The round is the single-draft decoder's (:class:`spec_adapters.decoding.chain.HedgeSpecDecoder`,
-whose
-loop, policies, round table, estimators and delayed-feedback queue are reused unchanged); only
-three steps differ:
+The round is :class:`spec_adapters.decoding.loop.RoundLoop`'s (policies, round table,
+estimators, delayed-feedback queue, EOS / length cut, stats); :class:`TreeScheme` supplies the
+three steps that differ from single-draft decoding:
 
 2. **draft**: the chosen head drafts an EAGLE-2 dynamic tree (:func:`.tree.draft_tree`);
 3. **verify**: the target scores the whole tree in one pass with a tree attention mask
@@ -34,14 +33,13 @@ window length ``K`` is the tree ``depth``. See docs/eagle.md.
 from __future__ import annotations
 
 import dataclasses
-import time
 
 import torch
 
 from spec_adapters.core.acceptance import tree_acceptance
 from spec_adapters.core.sampling import tree_accept
-from spec_adapters.decoding.chain import HedgeSpecDecoder as _SingleDraftDecoder
-from spec_adapters.hf.target import TargetModel, new_cache
+from spec_adapters.decoding.loop import Query, RoundLoop, Verdict
+from spec_adapters.hf.target import TargetModel
 
 from .head import EagleHead
 from .pool import HeadPool
@@ -55,106 +53,37 @@ from .tree import (
     verify_tree,
 )
 
-__all__ = ["HedgeSpecDecoder"]
+__all__ = ["HedgeSpecDecoder", "TreeScheme"]
 
 
-class _TreeTarget(TargetModel):
-    """TargetModel whose prefill also returns the prompt's hidden features."""
-
-    def __init__(self, model, feature_layers) -> None:
-        super().__init__(model)
-        self.feature_layers = tuple(feature_layers)
-        self.prompt_features = None
-
-    @torch.no_grad()
-    def prefill(self, prompt_ids: torch.LongTensor) -> None:
-        self.check_prompt_length(int(prompt_ids.numel()))
-        self.cache = new_cache(self.model)
-        self.calls = 0
-        self.prompt_features = None
-        if prompt_ids.numel() > 1:
-            out = self.model(input_ids=prompt_ids[:-1].view(1, -1).to(self.device),
-                             use_cache=True, output_hidden_states=True,
-                             **{self._kwarg: self.cache})
-            self.prompt_features = torch.cat(
-                [out.hidden_states[i][0] for i in self.feature_layers], -1)
-
-
-class _HeadSlot:
-    """A head's slot in the single-draft plumbing (name, vocab_size, a no-op ``start``).
-
-    The tree decoder drafts and evaluates through :class:`HeadPool`, never through
-    ``propose`` / ``extend``."""
-
-    def __init__(self, name: str, vocab_size: int):
-        self.name, self.vocab_size = name, vocab_size
-
-    def start(self, prompt_ids) -> None:
-        pass
-
-    def propose(self, k, sampling, generator=None):
-        raise NotImplementedError("EAGLE heads draft trees through HeadPool")
-
-    def extend(self, tokens):
-        raise NotImplementedError("EAGLE heads are evaluated through HeadPool")
-
-
-class HedgeSpecDecoder(_SingleDraftDecoder):
-    """Lossless EAGLE tree decoding with online selection among draft heads.
+class TreeScheme:
+    """EAGLE-2 tree proposals from a :class:`HeadPool`, verified in one tree-masked pass.
 
     Parameters
     ----------
-    target : transformers.PreTrainedModel
-        The causal LM (must accept a 4-D float attention mask and ``position_ids``, as
-        Llama-family models in transformers >= 4.56 do).
-    heads : list of EagleHead
-        Non-empty; every head must have been trained for ``target`` (``ValueError``).
-    tree : TreeConfig, default ``TreeConfig()`` (depth 5, top_k 8, 48 tokens)
-    policy, loss, delay, carry_state
-        As in :class:`spec_adapters.decoding.chain.HedgeSpecDecoder` (``delay=None``: its default);
-        the round window ``K`` is ``tree.depth``.
-    batched : bool, default True
-        Evaluate same-architecture heads in one vmapped call.
-
-    Notes
-    -----
-    ``generate`` and ``out.stats`` are the single-draft decoder's; ``accepted`` counts accepted
-    tree nodes per round and ``stats["tree_nodes"]`` lists the drafted tree sizes. Every head
-    is kept in sync every round (one batched call), also for bandit / fixed policies.
+    target : TargetModel
+        Built with the pool's ``feature_layers`` (its prefill returns the prompt's features).
+    pool : HeadPool
+    tree : TreeConfig
+    names : list of str
+        One per head.
     """
 
-    def __init__(self, target, heads, tree: TreeConfig | None = None, policy="normalhedge",
-                 loss: str = "eal", delay: str | None = None, carry_state: bool = False,
-                 batched: bool = True) -> None:
-        tree = TreeConfig() if tree is None else tree
-        if not isinstance(tree, TreeConfig):
-            raise ValueError(f"tree must be a TreeConfig, got {type(tree).__name__}")
-        if heads is None or len(heads) == 0:
-            raise ValueError("empty pool: pass at least one EagleHead")
-        model = target.model if isinstance(target, TargetModel) else target
-        self.pool = HeadPool(heads, model, batched=batched)
-        names = [h.config.extra.get("name") or f"eagle{i}" for i, h in enumerate(heads)]
-        slots = [_HeadSlot(n, self.pool.vocab_size) for n in names]
-        same_default = {} if delay is None else {"delay": delay}  # the single-draft default
-        super().__init__(model, slots, draft_length=tree.depth, policy=policy, loss=loss,
-                         carry_state=carry_state, **same_default)
-        self.target = _TreeTarget(model, self.pool.feature_layers)
-        self.tree = tree
+    def __init__(self, target: TargetModel, pool: HeadPool, tree: TreeConfig,
+                 names: list[str]) -> None:
+        self.target, self.pool, self.tree, self.names = target, pool, tree, names
+        self.window = tree.depth
+        self._sizes: list[int] = []  # drafted nodes per round of the current query
 
-    # ---- steps that differ from single-draft decoding ------------------------------------
-    def _begin(self, prompt, policy, limit, eos, sampling, seed, streamer):
-        q = super()._begin(prompt, policy, limit, eos, sampling, seed, streamer)
-        t = time.perf_counter()
+    def start(self, prompt: torch.LongTensor) -> None:
+        features = self.target.prefill(prompt)
         self.pool.reset()
-        if self.target.prompt_features is not None:
-            self.pool.extend(self.target.prompt_features, prompt[1:])
-        q.tree_nodes = []
-        q.seconds["prefill"] += time.perf_counter() - t
-        return q
+        if features is not None:
+            self.pool.extend(features, prompt[1:])
+        self._sizes = []
 
-    def _draft(self, i: int, q) -> tuple[DraftTree, None]:
-        """Step 2: head ``i`` drafts an EAGLE-2 tree rooted at the last verified token."""
-        t = time.perf_counter()
+    def draft(self, i: int, q: Query) -> DraftTree:
+        """Head ``i`` drafts an EAGLE-2 tree rooted at the last verified token."""
         cfg = self.tree
         room = None if self.target.max_length is None else self.target.max_length - len(q.seq)
         if room is not None and room < cfg.depth:
@@ -167,17 +96,12 @@ class HedgeSpecDecoder(_SingleDraftDecoder):
             k, v = self.pool.cache_of(i)
             tree = draft_tree(self.pool.heads[i], k, v, logits, self.pool.pending_hidden[i],
                               q.seq[-1], cfg)
-        q.tree_nodes.append(tree.size)
-        q.seconds["draft"] += time.perf_counter() - t
-        return tree, None
+        self._sizes.append(tree.size)
+        return tree
 
-    def _verify(self, tree: DraftTree, _unused, q):
-        """Step 3: one target pass over the tree, tree acceptance, cache compaction.
-
-        Returns the number of accepted nodes, the new verified tokens (cut after EOS or at the
-        length limit) and ``p`` at them; keeps the target features of the new pairs in ``q``.
-        """
-        t = time.perf_counter()
+    def verify(self, tree: DraftTree, q: Query) -> Verdict:
+        """One target pass over the tree, tree acceptance, cache compaction; the verdict keeps
+        the target features along the accepted path for :meth:`evaluate`."""
         n = self.target.cached_length
         logits, feats = verify_tree(self.target.model, self.target.cache, tree,
                                     self.pool.feature_layers)
@@ -185,38 +109,29 @@ class HedgeSpecDecoder(_SingleDraftDecoder):
         p = q.sampling.probs(logits)
         if tree.size == 0:
             path = []
-            nxt = int(torch.multinomial(p[0].double(), 1, generator=q.gen)) \
-                if not q.sampling.greedy else int(p[0].argmax())
+            nxt = int(p[0].argmax()) if q.sampling.greedy else \
+                int(torch.multinomial(p[0].double(), 1, generator=q.gen))
         elif q.sampling.greedy:
             path, nxt = accept_greedy(logits, tree)
         else:
             path, nxt = tree_accept(p, tree.parents, tree.tokens, q.gen)
         compact_cache(self.target.cache, n, path, tree.size)
         nodes = [0, *path]
-        new = [*tree.tokens[path].tolist(), int(nxt)]
-        for j, tok in enumerate(new):
-            if tok in q.eos:
-                new, q.done = new[:j + 1], True
-                break
-        if len(q.seq) + len(new) >= q.limit:
-            new, q.done = new[:q.limit - len(q.seq)], True
-        q.seq.extend(new)
-        q.accepted.append(len(path))
-        q.new_features = feats[nodes[:len(new)]]
-        if q.streamer is not None:
-            q.streamer.put(torch.tensor(new))
-        q.seconds["verify"] += time.perf_counter() - t
-        return len(path), torch.tensor(new, device=p.device), p[nodes[:len(new)]]
+        return Verdict(len(path), [*tree.tokens[path].tolist(), int(nxt)], p[nodes], feats[nodes])
 
-    def _evaluate(self, policy, new, p, q) -> None:
-        """Step 4: all heads append the new pairs (one batched call); tree gamma and rho."""
-        t = time.perf_counter()
+    def evaluate(self, verdict: Verdict, q: Query, counterfactual: bool
+                 ) -> tuple[torch.Tensor, torch.Tensor] | None:
+        """All heads append the new pairs (one batched call, whatever the policy: heads have
+        no lazy catch-up); with ``counterfactual``, tree gamma and rho."""
+        new = torch.tensor(verdict.tokens)
         before = list(self.pool.pending_logits)
-        rows = self.pool.extend(q.new_features, new.cpu())
-        if self._counterfactual(policy):
-            gamma, rho = self._tree_stats(before, rows, p, new)
-            q.table.record(gamma, rho)
-        q.seconds["eval"] += time.perf_counter() - t
+        rows = self.pool.extend(verdict.features, new)
+        if not counterfactual:
+            return None
+        return self._tree_stats(before, rows, verdict.p, new.to(verdict.p.device))
+
+    def stats(self) -> dict:
+        return {"tree_nodes": self._sizes, "tree": dataclasses.asdict(self.tree)}
 
     def _tree_stats(self, before, rows, p, new):
         """Theorem 2 per head and verified position: ``(N, m)`` gamma and rho (float64)."""
@@ -237,12 +152,48 @@ class HedgeSpecDecoder(_SingleDraftDecoder):
             rho[i, off:] = (kids.to(new.device) == new[off:, None]).any(-1).double().cpu()
         return gamma, rho
 
-    def _finish(self, policy, q, total):
-        out = super()._finish(policy, q, total)
-        out.stats.update(tree_nodes=q.tree_nodes, tree=dataclasses.asdict(self.tree))
-        return out
 
-    # EagleHead-specific helpers ----------------------------------------------------------
+class HedgeSpecDecoder(RoundLoop):
+    """Lossless EAGLE tree decoding with online selection among draft heads.
+
+    Parameters
+    ----------
+    target : transformers.PreTrainedModel or TargetModel
+        The causal LM (must accept a 4-D float attention mask and ``position_ids``, as
+        Llama-family models in transformers >= 4.56 do).
+    heads : list of EagleHead
+        Non-empty; every head must have been trained for ``target`` (``ValueError``).
+    tree : TreeConfig, default ``TreeConfig()`` (depth 5, top_k 8, 48 tokens)
+    policy, loss, delay, carry_state
+        As in :class:`spec_adapters.decoding.chain.HedgeSpecDecoder` (``delay=None``: its
+        default); the round window ``K`` is ``tree.depth``.
+    batched : bool, default True
+        Evaluate same-architecture heads in one vmapped call.
+
+    Notes
+    -----
+    ``generate`` and ``out.stats`` are :class:`spec_adapters.decoding.loop.RoundLoop`'s;
+    ``accepted`` counts accepted tree nodes per round, ``stats["tree_nodes"]`` lists the drafted
+    tree sizes and ``stats["tree"]`` the TreeConfig. Every head is kept in sync every round
+    (one batched call), also for bandit / fixed policies.
+    """
+
+    def __init__(self, target, heads, tree: TreeConfig | None = None, policy="normalhedge",
+                 loss: str = "eal", delay: str | None = None, carry_state: bool = False,
+                 batched: bool = True) -> None:
+        tree = TreeConfig() if tree is None else tree
+        if not isinstance(tree, TreeConfig):
+            raise ValueError(f"tree must be a TreeConfig, got {type(tree).__name__}")
+        if heads is None or len(heads) == 0:
+            raise ValueError("empty pool: pass at least one EagleHead")
+        model = target.model if isinstance(target, TargetModel) else target
+        self.pool = HeadPool(heads, model, batched=batched)
+        self.tree = tree
+        names = [h.config.extra.get("name") or f"eagle{i}" for i, h in enumerate(heads)]
+        scheme = TreeScheme(TargetModel(model, self.pool.feature_layers), self.pool, tree, names)
+        super().__init__(scheme, policy=policy, loss=loss,
+                         delay="onarrival" if delay is None else delay, carry_state=carry_state)
+
     @property
     def heads(self) -> list[EagleHead]:
         return self.pool.heads

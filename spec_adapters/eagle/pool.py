@@ -16,7 +16,7 @@ import copy
 import torch
 from torch.func import functional_call, stack_module_state, vmap
 
-from .head import EagleHead, scatter_full
+from .head import EagleHead
 
 __all__ = ["HeadPool"]
 
@@ -143,11 +143,6 @@ class HeadPool:
                     return z, z
                 return self._gk[g][r], self._gv[g][r]
         raise IndexError(i)
-
-    def full_probs(self, i: int, logits: torch.Tensor) -> torch.Tensor:
-        """Head ``i``'s draft logits ``(..., Vd)`` -> probabilities over the target vocab."""
-        h = self.heads[i]
-        return scatter_full(torch.softmax(logits.float(), -1), h.d2t, self.vocab_size)
 
     def children(self, i: int, logits: torch.Tensor, top_k: int) -> torch.LongTensor:
         """Head ``i``'s ``top_k`` children (target ids) for each row of ``logits (m, Vd)``."""

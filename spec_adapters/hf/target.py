@@ -1,12 +1,12 @@
 """The target model of speculative decoding: a transformers causal LM plus its KV cache.
 
-Cache invariant (shared with :mod:`spec_adapters.decoding.chain` and the EAGLE decoder): for a
-verified sequence ``x_0 .. x_{L-1}`` the cache holds the keys/values of ``x_0 .. x_{L-2}``, i.e. every
-verified token except the last one. A verification pass therefore feeds ``[x_{L-1}] + drafts``
-(``K + 1`` tokens) and returns ``K + 1`` next-token logits: row ``j`` is the target's logits for
-position ``L + j`` given ``x_{<L} + drafts[:j]``. After acceptance the cache is cropped back to
-``L + n_accepted`` entries (the new sequence minus its last token); the prefix is never
-recomputed.
+Cache invariant (shared with :mod:`spec_adapters.decoding.chain` and the EAGLE decoder): for
+a verified sequence ``x_0 .. x_{L-1}`` the cache holds the keys/values of ``x_0 .. x_{L-2}``,
+i.e. every verified token except the last one. A verification pass therefore feeds
+``[x_{L-1}] + drafts`` (``K + 1`` tokens) and returns ``K + 1`` next-token logits: row ``j``
+is the target's logits for position ``L + j`` given ``x_{<L} + drafts[:j]``. After acceptance
+the cache is cropped back to ``L + n_accepted`` entries (the new sequence minus its last
+token); the prefix is never recomputed.
 """
 
 from __future__ import annotations
@@ -85,6 +85,9 @@ class TargetModel:
     ----------
     model : transformers.PreTrainedModel
         Any causal LM (``model(input_ids, cache=...)`` returning ``.logits``); put in eval mode.
+    feature_layers : sequence of int, optional
+        Indices into ``output_hidden_states`` whose concatenation :meth:`prefill` returns for
+        the cached prompt positions (the features EAGLE heads read); ``None``: no capture.
 
     Attributes
     ----------
@@ -94,8 +97,10 @@ class TargetModel:
         The model's context length (``max_position_embeddings``).
     """
 
-    def __init__(self, model) -> None:
+    def __init__(self, model, feature_layers=None) -> None:
         self.model = model.eval()
+        self.feature_layers = None if feature_layers is None else \
+            tuple(int(i) for i in feature_layers)
         self.vocab_size = output_vocab_size(model)
         self.max_length = context_length(model)
         self.device = next(model.parameters()).device
@@ -109,13 +114,28 @@ class TargetModel:
             raise ValueError(f"prompt of {length} tokens is longer than the target's context "
                              f"length max_position_embeddings={self.max_length}")
 
-    def prefill(self, prompt_ids: torch.LongTensor) -> None:
-        """Start a new query: cache the 1-D prompt minus its last token (see module docstring)."""
+    def prefill(self, prompt_ids: torch.LongTensor) -> torch.Tensor | None:
+        """Start a new query: cache the 1-D prompt minus its last token (see module docstring).
+
+        Returns
+        -------
+        torch.Tensor or None
+            With ``feature_layers``, the features ``(L - 1, F*H)`` of the cached positions
+            (``None`` for a one-token prompt); without, ``None``.
+        """
         self.check_prompt_length(int(prompt_ids.numel()))
         self.cache = new_cache(self.model)
         self.calls = 0
-        if prompt_ids.numel() > 1:
-            forward_cached(self.model, prompt_ids[:-1].to(self.device), self.cache, self._kwarg)
+        if prompt_ids.numel() < 2:
+            return None
+        ids = prompt_ids[:-1].to(self.device)
+        if self.feature_layers is None:
+            forward_cached(self.model, ids, self.cache, self._kwarg)
+            return None
+        with torch.no_grad():
+            out = self.model(input_ids=ids.view(1, -1), use_cache=True, output_hidden_states=True,
+                             **{self._kwarg: self.cache})
+        return torch.cat([out.hidden_states[i][0] for i in self.feature_layers], -1)
 
     def verify(self, last_token: torch.LongTensor, drafts: torch.LongTensor) -> torch.Tensor:
         """Score ``[last_token] + drafts`` in one forward pass; return logits (K + 1, V) float32.

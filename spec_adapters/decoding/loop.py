@@ -1,0 +1,489 @@
+"""The HedgeSpec round loop, shared by every proposal form (chain, tree).
+
+One round (HedgeSpec paper, Figure 1; ``docs/architecture.md``):
+
+1. **select**: the policy picks drafter ``i`` (``round_id, i = policy.play(rng)``);
+2. **draft**: the :class:`DraftScheme` drafts with ``i`` (a chain of ``K`` tokens, a tree);
+3. **verify**: the scheme scores the draft with one target pass and its lossless acceptance
+   rule; the loop cuts the new tokens after EOS or at the length limit and streams them;
+4. **evaluate**: the scheme appends the verified tokens to every drafter and returns ``gamma``
+   and ``rho`` per drafter and position (only for full-information policies);
+5. **update**: rounds whose window of ``K`` positions is verified are fed their loss vector
+   (:class:`~spec_adapters.core.rounds.RoundTable`); a bandit or fixed policy is fed the
+   chosen drafter's loss right away; rounds still open when generation stops, or when a step
+   raises, are censored.
+
+:class:`RoundLoop` is that loop and everything the two decoders share (input checks, policy,
+round table, EOS / length cut, streamer, ``on_round`` callback, timings, stats, the oracle).
+A scheme supplies only what differs: :mod:`spec_adapters.decoding.chain` (single draft) and
+:mod:`spec_adapters.eagle.decoder` (EAGLE trees).
+
+Losslessness: each scheme's acceptance rule reproduces the target's warped distribution for any
+draft, and the drafter choice depends only on the past, so the output is distributed exactly as
+the target's (greedy: identical to the target's greedy output).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import numpy as np
+import torch
+
+from spec_adapters.core.policies import FixedPolicy, bandit_loss, make_policy
+from spec_adapters.core.rounds import LOSSES, RoundTable
+from spec_adapters.core.sampling import SamplingConfig
+from spec_adapters.hf.target import TargetModel
+
+__all__ = ["DraftScheme", "GenerateOutput", "Query", "RoundInfo", "RoundLoop", "Verdict",
+           "check_eos", "check_seed"]
+
+STEPS = ("prefill", "select", "draft", "verify", "eval", "update")
+MAX_SEED = 2**63 - 1
+
+
+@dataclass
+class GenerateOutput:
+    """Result of :meth:`RoundLoop.generate`.
+
+    Attributes
+    ----------
+    sequences : torch.LongTensor
+        ``[1, prompt_len + new_tokens]``: the prompt followed by the generated tokens.
+    stats : dict
+        ``target_calls`` (verification passes; the prefill is not counted), ``new_tokens``,
+        ``mean_accepted_tokens`` (= new_tokens / target_calls, the bonus token included),
+        ``chosen`` (drafter index per round), ``accepted`` (drafts accepted per round, 0..K),
+        ``weights`` (per round, before the choice: the base learner's distribution),
+        ``losses`` (``(round_id, loss vector)`` fed to full-information policies),
+        ``censored`` (rounds censored at the end), ``gamma`` / ``rho`` (``(N, new_tokens)``
+        float64 per drafter and generated position; ``None`` for bandit / fixed policies),
+        timings in seconds: ``prefill_seconds``, ``select_seconds``, ``draft_seconds``,
+        ``verify_seconds``, ``eval_seconds``, ``update_seconds``, ``total_seconds``;
+        and ``policy``, ``drafters``, ``draft_length``. The oracle adds ``oracle_mat``
+        (MAT of each fixed drafter), ``oracle_choice`` and ``oracle_total_seconds``; the
+        tree decoder adds ``tree_nodes`` (drafted nodes per round) and ``tree``.
+    """
+
+    sequences: torch.LongTensor
+    stats: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class RoundInfo:
+    """What ``generate(..., on_round=f)`` passes to ``f`` once per round.
+
+    Attributes
+    ----------
+    index : int
+        Round number within this ``generate`` call, from 0.
+    drafter : int
+        Index of the drafter the policy chose for this round.
+    drafter_name : str
+        Its name (``stats["drafters"][drafter]``).
+    accepted : int
+        Drafts accepted by the target, ``0 .. K``.
+    tokens : tuple of int
+        The round's new verified tokens (accepted drafts plus the resampled / bonus token, cut
+        after EOS or at the length limit); concatenated over rounds they are the output.
+    weights : tuple of float
+        The policy's base-learner distribution before the choice (``stats["weights"]``).
+    """
+
+    index: int
+    drafter: int
+    drafter_name: str
+    accepted: int
+    tokens: tuple[int, ...]
+    weights: tuple[float, ...]
+
+
+@dataclass
+class Verdict:
+    """Outcome of a scheme's verification step.
+
+    Attributes
+    ----------
+    accepted : int
+        Drafts accepted (chain: ``0 .. K``; tree: nodes on the accepted path).
+    tokens : list of int
+        The candidate new tokens: accepted drafts, then the resampled / bonus token.
+    p : torch.Tensor
+        ``(len(tokens), V)`` warped target distributions at those positions.
+    features : torch.Tensor or None
+        ``(len(tokens), F*H)`` target features at those positions when the scheme's drafters
+        read them (EAGLE heads), else ``None``.
+    """
+
+    accepted: int
+    tokens: list[int]
+    p: torch.Tensor
+    features: torch.Tensor | None = None
+
+    def head(self, m: int) -> Verdict:
+        """The first ``m`` tokens (the loop's EOS / length cut), rows of ``p`` and features."""
+        feats = None if self.features is None else self.features[:m]
+        return Verdict(self.accepted, self.tokens[:m], self.p[:m], feats)
+
+
+@dataclass
+class Query:
+    """State of one ``generate`` call. Schemes read ``seq``, ``sampling`` and ``gen``."""
+
+    seq: list[int]  # the verified sequence, prompt included
+    prompt_len: int
+    limit: int  # the sequence stops growing at this length
+    eos: frozenset[int]
+    sampling: SamplingConfig
+    gen: torch.Generator
+    rng: np.random.Generator
+    table: RoundTable
+    streamer: Any = None
+    on_round: Callable[[RoundInfo], None] | None = None
+    done: bool = False
+    played: list[int] = field(default_factory=list)  # round ids of this call
+    rounds: list[RoundInfo] = field(default_factory=list)
+    losses: list[tuple[int, list[float]]] = field(default_factory=list)
+    seconds: dict[str, float] = field(default_factory=lambda: dict.fromkeys(STEPS, 0.0))
+
+    @contextmanager
+    def clock(self, step: str) -> Iterator[None]:
+        """Add the wall time of the ``with`` body to ``seconds[step]``."""
+        t = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.seconds[step] += time.perf_counter() - t
+
+
+class DraftScheme(Protocol):
+    """What differs between proposal forms: how to draft and verify, and how to evaluate.
+
+    Attributes
+    ----------
+    target : TargetModel
+        The target; the scheme owns its cache (prefill, verification, crop / compaction).
+    names : list of str
+        One name per drafter slot.
+    window : int
+        ``K``, the number of positions one round drafts (chain length, tree depth).
+    """
+
+    target: TargetModel
+    names: list[str]
+    window: int
+
+    def start(self, prompt: torch.LongTensor) -> None:
+        """A new query: prefill the target and every drafter with the 1-D prompt."""
+
+    def draft(self, i: int, q: Query) -> Any:
+        """Drafter ``i`` drafts from ``q.seq`` (no deeper than the target's context allows)."""
+
+    def verify(self, draft: Any, q: Query) -> Verdict:
+        """One target pass over ``draft`` and the acceptance rule; the target's cache keeps
+        the accepted path."""
+
+    def evaluate(self, verdict: Verdict, q: Query, counterfactual: bool
+                 ) -> tuple[torch.Tensor, torch.Tensor] | None:
+        """Append ``verdict.tokens`` (already in ``q.seq``) to the drafters that track the
+        context; with ``counterfactual``, return ``gamma, rho`` ``(N, m)`` at those tokens."""
+
+    def stats(self) -> dict[str, Any]:
+        """Scheme-specific stats of the query that just ended (may be empty)."""
+
+
+def check_seed(seed) -> int | None:
+    """``seed`` must be ``None`` or an integer in ``[0, 2**63 - 1]``; returns it as ``int``."""
+    if seed is None:
+        return None
+    if isinstance(seed, bool) or not isinstance(seed, int | np.integer) \
+            or not 0 <= int(seed) <= MAX_SEED:
+        raise ValueError(f"seed must be None or an integer in [0, 2**63 - 1], got {seed!r}")
+    return int(seed)
+
+
+def check_eos(eos_token_id, vocab_size: int) -> frozenset[int]:
+    """The EOS ids as a set: an integer, or a list / tuple / 1-D tensor or array of them, each in
+    ``[0, vocab_size)``; ``None`` or an empty list: no EOS."""
+    if eos_token_id is None:
+        return frozenset()
+    if isinstance(eos_token_id, torch.Tensor | np.ndarray):
+        if isinstance(eos_token_id, torch.Tensor):
+            integer = not (eos_token_id.is_floating_point() or eos_token_id.is_complex()
+                           or eos_token_id.dtype == torch.bool)
+        else:
+            integer = eos_token_id.dtype.kind in "iu"
+        if not integer:
+            raise ValueError(f"eos_token_id must hold integer token ids, got dtype "
+                             f"{eos_token_id.dtype}")
+        ids = eos_token_id.reshape(-1).tolist()
+    elif isinstance(eos_token_id, list | tuple):
+        ids = list(eos_token_id)
+    else:
+        ids = [eos_token_id]
+    for e in ids:
+        if isinstance(e, bool) or not isinstance(e, int | np.integer) \
+                or not 0 <= int(e) < vocab_size:
+            raise ValueError(f"eos_token_id must be a token id in [0, {vocab_size}) or a list "
+                             f"of them, got {eos_token_id!r}")
+    return frozenset(int(e) for e in ids)
+
+
+def _learner_weights(policy) -> np.ndarray:
+    """The base learner's distribution (QPMD's own ``weights`` is one-hot while a prediction
+    is pending, which says nothing about what was learnt)."""
+    learner = getattr(policy, "learner", None)
+    return learner.weights if learner is not None else policy.weights
+
+
+class RoundLoop:
+    """Lossless speculative decoding with online drafter selection over a :class:`DraftScheme`.
+
+    Parameters
+    ----------
+    scheme : DraftScheme
+        Drafting and verification (:class:`spec_adapters.decoding.chain.ChainScheme`,
+        :class:`spec_adapters.eagle.decoder.TreeScheme`).
+    policy : str or learner, default "normalhedge"
+        See :func:`spec_adapters.core.policies.make_policy`; also ``"oracle"`` (runs every
+        drafter fixed and returns the run with the best mean accepted tokens; for benchmarks).
+    loss : {"eal", "tap"}, default "eal"
+        Expected-acceptance-length or token-acceptance-probability loss (Theorem 3).
+    delay : {"onarrival", "qpmd", "bold"}, default "onarrival"
+        Delayed-feedback reduction around full-information learners.
+    carry_state : bool, default False
+        Keep the learner's state across ``generate`` calls instead of resetting it per query.
+    """
+
+    def __init__(self, scheme: DraftScheme, policy="normalhedge", loss: str = "eal",
+                 delay: str = "onarrival", carry_state: bool = False) -> None:
+        if loss not in LOSSES:
+            raise ValueError(f"unknown loss {loss!r}; expected one of {LOSSES}")
+        self.scheme, self.target = scheme, scheme.target
+        self.k, self.loss, self.carry_state = scheme.window, loss, carry_state
+        self.oracle = isinstance(policy, str) and policy.strip().lower() == "oracle"
+        self.policy_name = policy if isinstance(policy, str) else type(policy).__name__
+        self.policy = None if self.oracle else make_policy(policy, len(scheme.names), delay)
+
+    # ------------------------------------------------------------------------------------
+    # public API
+    # ------------------------------------------------------------------------------------
+    def generate(self, input_ids, max_new_tokens: int = 128, temperature: float = 0.0,
+                 top_p: float = 1.0, top_k: int | None = None, seed: int | None = None,
+                 eos_token_id: int | list[int] | None = None, streamer=None,
+                 on_round: Callable[[RoundInfo], None] | None = None) -> GenerateOutput:
+        """Generate up to ``max_new_tokens`` tokens after ``input_ids`` (shape ``[1, L]``).
+
+        Sampling parameters warp both the target and the drafters (temperature 0 = greedy).
+        ``seed`` seeds the torch generator (drafting, acceptance) and the policy's numpy
+        generator, so a sampled generation is reproducible. ``eos_token_id`` defaults to the
+        target's ``generation_config.eos_token_id`` (``[]``: none); generation stops after it.
+        The total length never exceeds the target's context. ``streamer`` gets ``put(prompt)``,
+        then ``put(tokens)`` once per round, then ``end()`` (transformers' streamer protocol).
+        ``on_round(info)`` is called once per round with a :class:`RoundInfo`. The oracle
+        replays the chosen run to both after all runs.
+
+        If a step raises (a drafter's ``propose`` failing, say), the exception propagates after
+        the rounds of this call still open are censored, so the policy holds no stale rounds
+        and the decoder stays usable.
+
+        Raises
+        ------
+        ValueError
+            ``input_ids`` not a 2-D integer tensor, batch size > 1 (not supported yet), empty
+            prompt, token ids out of range, prompt longer than the target's context,
+            ``max_new_tokens < 0``, ``temperature < 0``, bad ``top_p`` / ``top_k``, ``seed``
+            or ``eos_token_id``, ``on_round`` not callable; a drafter's proposal malformed.
+        """
+        prompt = self._check_prompt(input_ids)
+        if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int | np.integer) \
+                or max_new_tokens < 0:
+            raise ValueError(f"max_new_tokens must be an integer >= 0, got {max_new_tokens!r}")
+        sampling = SamplingConfig(temperature, top_p, top_k)
+        seed = check_seed(seed)
+        if eos_token_id is None:
+            config = getattr(self.target.model, "generation_config", None)
+            eos_token_id = getattr(config, "eos_token_id", None)
+        eos = check_eos(eos_token_id, self.target.vocab_size)
+        if on_round is not None and not callable(on_round):
+            raise ValueError(f"on_round must be callable, got {type(on_round).__name__}")
+        limit = prompt.numel() + int(max_new_tokens)
+        if self.target.max_length is not None:
+            limit = min(limit, self.target.max_length)
+
+        def query(streamer, on_round) -> Query:
+            table = RoundTable(len(self.scheme.names), self.k, self.loss,
+                               corrected=not sampling.greedy)
+            table.reset(prompt.numel())
+            gen = torch.Generator(device=self.target.device)
+            if seed is None:
+                gen.seed()
+            else:
+                gen.manual_seed(seed)
+            return Query(seq=prompt.tolist(), prompt_len=prompt.numel(), limit=limit, eos=eos,
+                         sampling=sampling, gen=gen, rng=np.random.default_rng(seed),
+                         table=table, streamer=streamer, on_round=on_round,
+                         done=prompt.numel() >= limit)
+
+        if self.oracle:
+            n = len(self.scheme.names)
+            runs = [self._decode(FixedPolicy(n, i), query(None, None)) for i in range(n)]
+            return self._best_of(runs, prompt, streamer, on_round)
+        if not self.carry_state:
+            self.policy.reset()
+        out, _ = self._decode(self.policy, query(streamer, on_round))
+        return out
+
+    # ------------------------------------------------------------------------------------
+    # the loop
+    # ------------------------------------------------------------------------------------
+    def _decode(self, policy, q: Query) -> tuple[GenerateOutput, list[RoundInfo]]:
+        start = time.perf_counter()
+        full = bool(policy.full_information)  # does the policy need every drafter's loss?
+        try:
+            with q.clock("prefill"):
+                self._start(q)
+            while not q.done:
+                with q.clock("select"):
+                    round_id, i, weights = self._select(policy, full, q)            # 1.
+                with q.clock("draft"):
+                    draft = self.scheme.draft(i, q)                                   # 2.
+                with q.clock("verify"):
+                    verdict = self._commit(self.scheme.verify(draft, q), q)           # 3.
+                with q.clock("eval"):
+                    stats = self.scheme.evaluate(verdict, q, full)                    # 4.
+                with q.clock("update"):
+                    self._update(policy, full, round_id, verdict.accepted, stats, q)  # 5.
+                self._report(i, verdict, weights, q)
+        finally:  # normal end or a step raised: no round of this call stays open
+            with q.clock("update"):
+                censored = self._close(policy, q)
+        if q.streamer is not None:
+            q.streamer.end()
+        return self._output(q, full, censored, time.perf_counter() - start), q.rounds
+
+    def _start(self, q: Query) -> None:
+        """Prefill the target and every drafter with the prompt."""
+        prompt = torch.tensor(q.seq[:q.prompt_len], dtype=torch.long)
+        self.scheme.start(prompt)
+        if q.streamer is not None:
+            q.streamer.put(prompt.view(1, -1))
+
+    def _select(self, policy, full: bool, q: Query) -> tuple[int, int, tuple[float, ...]]:
+        """Step 1: the policy picks a drafter; the round drafts positions len(seq)..+K-1."""
+        weights = tuple(np.asarray(_learner_weights(policy), dtype=float).tolist())
+        round_id, i = policy.play(q.rng)
+        q.played.append(round_id)
+        if full:
+            q.table.open(round_id, len(q.seq))
+        return round_id, int(i), weights
+
+    @staticmethod
+    def _commit(verdict: Verdict, q: Query) -> Verdict:
+        """Append the verified tokens to the sequence, cut after EOS or at the length limit."""
+        eos = next((j for j, tok in enumerate(verdict.tokens) if tok in q.eos), None)
+        m = min(len(verdict.tokens) if eos is None else eos + 1, q.limit - len(q.seq))
+        q.done = eos is not None or len(q.seq) + m >= q.limit
+        verdict = verdict.head(m)
+        q.seq.extend(verdict.tokens)
+        if q.streamer is not None:
+            q.streamer.put(torch.tensor(verdict.tokens))
+        return verdict
+
+    def _update(self, policy, full: bool, round_id: int, accepted: int, stats, q: Query
+                ) -> None:
+        """Step 5: feed the losses of every round whose window is complete (full information),
+        or the chosen drafter's loss now (bandit / fixed)."""
+        if not full:
+            policy.feed(round_id, bandit_loss(accepted, self.k))
+            return
+        q.table.record(*stats)
+        for rid, losses in q.table.pop_completed():
+            policy.feed(rid, losses)
+            q.losses.append((rid, losses.tolist()))
+
+    def _report(self, i: int, verdict: Verdict, weights: tuple[float, ...], q: Query) -> None:
+        info = RoundInfo(index=len(q.rounds), drafter=i, drafter_name=self.scheme.names[i],
+                         accepted=int(verdict.accepted), tokens=tuple(verdict.tokens),
+                         weights=weights)
+        q.rounds.append(info)
+        if q.on_round is not None:
+            q.on_round(info)
+
+    @staticmethod
+    def _close(policy, q: Query) -> list[int]:
+        """Censor the rounds of this call still outstanding (windows past the end)."""
+        outstanding = policy.outstanding
+        ids = [rid for rid in q.played if rid in outstanding]
+        for rid in ids:
+            policy.censor(rid)
+        return ids
+
+    # ------------------------------------------------------------------------------------
+    # plumbing
+    # ------------------------------------------------------------------------------------
+    def _output(self, q: Query, full: bool, censored: list[int], total: float
+                ) -> GenerateOutput:
+        new_tokens = len(q.seq) - q.prompt_len
+        calls = len(q.rounds)
+        stats = {
+            "target_calls": calls,
+            "new_tokens": new_tokens,
+            "mean_accepted_tokens": new_tokens / calls if calls else 0.0,
+            "chosen": [r.drafter for r in q.rounds],
+            "accepted": [r.accepted for r in q.rounds],
+            "weights": [list(r.weights) for r in q.rounds],
+            "losses": q.losses,
+            "censored": len(censored),
+            "gamma": q.table.gamma if full else None,
+            "rho": q.table.rho if full else None,
+            **{f"{k}_seconds": v for k, v in q.seconds.items()},
+            "total_seconds": total,
+            "policy": self.policy_name,
+            "drafters": list(self.scheme.names),
+            "draft_length": self.k,
+            **self.scheme.stats(),
+        }
+        return GenerateOutput(sequences=torch.tensor([q.seq], dtype=torch.long), stats=stats)
+
+    @staticmethod
+    def _best_of(runs, prompt, streamer, on_round) -> GenerateOutput:
+        """The oracle: the fixed-drafter run with the best MAT, replayed to the listeners."""
+        mats = [out.stats["mean_accepted_tokens"] for out, _ in runs]
+        best = int(np.argmax(mats))
+        out, rounds = runs[best]
+        out.stats.update(policy="oracle", oracle_mat=mats, oracle_choice=best,
+                         oracle_total_seconds=sum(r.stats["total_seconds"] for r, _ in runs))
+        if streamer is not None:
+            streamer.put(prompt.view(1, -1))
+            streamer.put(out.sequences[0, prompt.numel():])
+            streamer.end()
+        if on_round is not None:
+            for info in rounds:
+                on_round(info)
+        return out
+
+    def _check_prompt(self, input_ids) -> torch.LongTensor:
+        if not isinstance(input_ids, torch.Tensor):
+            raise ValueError(f"input_ids must be a torch.LongTensor of shape [1, L], got "
+                             f"{type(input_ids).__name__}")
+        if input_ids.dim() != 2:
+            raise ValueError(f"input_ids must be 2-D [batch, length], got shape "
+                             f"{tuple(input_ids.shape)}")
+        if input_ids.shape[0] != 1:
+            raise ValueError(f"input_ids has batch size {input_ids.shape[0]}: batch > 1 is not "
+                             "supported yet; call generate once per prompt")
+        if input_ids.is_floating_point() or input_ids.is_complex() or \
+                input_ids.dtype == torch.bool:
+            raise ValueError(f"input_ids must hold integer token ids, got dtype {input_ids.dtype}")
+        if input_ids.shape[1] == 0:
+            raise ValueError("input_ids is empty: the prompt needs at least one token")
+        prompt = input_ids[0].long().cpu()
+        if int(prompt.min()) < 0 or int(prompt.max()) >= self.target.vocab_size:
+            raise ValueError(f"input_ids has token ids outside [0, {self.target.vocab_size})")
+        self.target.check_prompt_length(prompt.numel())
+        return prompt
