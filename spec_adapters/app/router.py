@@ -187,13 +187,16 @@ class Router:
 
     @classmethod
     def load(cls, path: str | os.PathLike, embedder=None) -> Router:
-        """Read a router written by :meth:`save`; ``ValueError`` when the file is not one."""
+        """Read a router written by :meth:`save`; ``ValueError`` when the file is not one or its
+        weights are not finite."""
         try:
             with np.load(path, allow_pickle=False) as z:
                 meta = json.loads(str(z["meta"]))
                 W, b = z["W"], z["b"]
-        except (OSError, KeyError, ValueError) as err:
+            r = cls(meta["labels"], meta["lam"], meta["steps"], embedder=embedder)
+        except (OSError, KeyError, ValueError, TypeError) as err:
             raise ValueError(f"{path} is not a saved Router: {err}") from err
-        r = cls(meta["labels"], meta["lam"], meta["steps"], embedder=embedder)
+        if not (np.isfinite(W).all() and np.isfinite(b).all()):
+            raise ValueError(f"{path} holds non-finite router weights")
         r.W, r.b = W, b
         return r

@@ -522,7 +522,7 @@ class EagleHead(nn.Module):
         if not (path / CONFIG_NAME).is_file():
             raise ValueError(f"{path} has no {CONFIG_NAME}: not a saved EagleHead")
         try:
-            cfg = EagleHeadConfig(**json.loads((path / CONFIG_NAME).read_text()))
+            cfg = EagleHeadConfig.from_json((path / CONFIG_NAME).read_text())
             state = load_file(str(path / WEIGHTS_NAME))
             head = cls(cfg, d2t=state["d2t"])
             head.load_state_dict(state)

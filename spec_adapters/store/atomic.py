@@ -3,17 +3,28 @@
 Every cached artefact (a prepared domain, a converted model, a trained EAGLE head) is built in a
 temporary sibling folder and renamed into place only once it is complete. An error, or an
 interrupt, while building deletes the temporary folder and leaves any previous version alone.
+
+A build killed outright (``kill -9``, power loss) cannot clean up: its temporaries stay. Builds
+therefore run under :func:`build_lock`, an exclusive lock on the cache folder (the file
+``.<folder>.lock`` beside it, so the folder holds only entries) that, once held,
+removes every temporary left there (a name containing ``.tmp``: ``atomic_folder``'s hidden
+``.<name>.tmp-*`` folders, ``*.tmp.npz`` and ``*.json.tmp`` files). Holding the lock means no
+live build is writing them; the kernel drops the lock of a killed process.
 """
 
 from __future__ import annotations
 
+import fcntl
+import os
 import shutil
 import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-__all__ = ["atomic_folder"]
+from spec_adapters.store.integrity import CacheError
+
+__all__ = ["atomic_folder", "build_lock", "temporaries"]
 
 
 @contextmanager
@@ -43,3 +54,45 @@ def atomic_folder(final: str | Path) -> Iterator[Path]:
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
+
+
+def temporaries(folder: str | Path) -> list[Path]:
+    """The temporaries of builds in ``folder`` (names containing ``.tmp``), sorted."""
+    folder = Path(folder)
+    return sorted(p for p in folder.iterdir() if ".tmp" in p.name) if folder.is_dir() else []
+
+
+@contextmanager
+def build_lock(folder: str | Path) -> Iterator[Path]:
+    """Hold the exclusive build lock of the cache folder ``folder`` (created if needed).
+
+    Once the lock is held, the temporaries of crashed builds are removed (see the module
+    docstring). Blocks while another process holds it.
+
+    Yields
+    ------
+    Path
+        ``folder``.
+
+    Raises
+    ------
+    CacheError
+        The folder cannot be written (a read-only cache): nothing can be built there.
+    """
+    folder = Path(folder)
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        fd = os.open(folder.parent / f".{folder.name}.lock", os.O_RDWR | os.O_CREAT, 0o644)
+    except OSError as err:
+        raise CacheError(f"the cache folder {folder} cannot be written ({err.strerror}); "
+                         "make it writable or use another --cache-dir") from None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        for p in temporaries(folder):
+            if p.is_dir() and not p.is_symlink():
+                shutil.rmtree(p, ignore_errors=True)
+            else:
+                p.unlink(missing_ok=True)
+        yield folder
+    finally:
+        os.close(fd)

@@ -8,7 +8,6 @@ with a random target: each domain's n-gram drafter knows only its own words.
 
 from __future__ import annotations
 
-import json
 import random
 from pathlib import Path
 
@@ -72,24 +71,15 @@ def make_target_folder(root: Path, seed: int = 0) -> Path:
 
 def write_domains(cache_dir: Path, names=("code", "math", "news"), n_train: int = 40,
                   n_prompts: int = 4) -> dict:
-    """Prepared-domain folders exactly as ``prepare_domains`` writes them."""
-    from spec_adapters.app import domains
+    """Prepared-domain folders, written by ``prepare_domains``' own ``save_domain``."""
+    from spec_adapters.app.domains import Domain, save_domain
 
     out = {}
     for name in names:
-        folder = Path(cache_dir) / "domains" / name
-        folder.mkdir(parents=True, exist_ok=True)
         train = domain_texts(name, n_train, seed=0)
         prompts = [f"please continue {t[:60]}" for t in domain_texts(name, n_prompts, seed=1)]
         train_prompts = [f"please continue {t[:60]}" for t in domain_texts(name, 3, seed=2)]
-        rows_of = {"train.jsonl": train, "prompts.jsonl": prompts,
-                   "train_prompts.jsonl": train_prompts}
-        for fname, rows in rows_of.items():
-            (folder / fname).write_text("".join(json.dumps(r) + "\n" for r in rows))
-        files = {f: (folder / f).stat().st_size for f in rows_of}
-        meta = {"name": name, "licence": "test", "split": "synthetic", "train_docs": len(train),
-                "train_chars": sum(map(len, train)), "prompts": len(prompts), "seed": 0,
-                "files": files, "format": getattr(domains, "_FORMAT", 1)}
-        (folder / "meta.json").write_text(json.dumps(meta))
-        out[name] = meta
+        out[name] = save_domain(cache_dir, Domain(name, train, prompts, train_prompts,
+                                                  {"licence": "test", "split": "synthetic",
+                                                   "seed": 0}))
     return out

@@ -23,6 +23,7 @@ from spec_adapters.app.domains import (
     load_domain,
     prepare_domains,
 )
+from spec_adapters.store import CacheError
 
 FIX = Path(__file__).resolve().parents[1] / "fixtures" / "domains"
 GCIDE_FIELD = {"chemistry": "Chem.", "medicine": "Med.", "biology": "Zool."}
@@ -152,16 +153,16 @@ def test_rerun_reuses_complete_domains_and_rebuilds_damaged_ones(tmp_path, sourc
 
     train = cache / "domains" / "news" / "train.jsonl"
     train.write_text(train.read_text()[:50])  # a damaged (half-written) file
-    with pytest.raises(FileNotFoundError, match="not prepared"):
+    with pytest.raises(CacheError, match=r"train\.jsonl has 50 bytes"):
         load_domain("news", cache)
     prepare_domains(cache, ["news"], sources=sources, n_prompts=3)
     assert load_domain("news", cache).train
     assert sorted(p.name for p in (cache / "domains").iterdir()) == ["math", "news"]
 
     meta = cache / "domains" / "math" / "meta.json"  # a folder in an older layout: rebuilt
-    meta.write_text(meta.read_text().replace('"format": 2', '"format": 1'))
+    meta.write_text(meta.read_text().replace('"format": 3', '"format": 2'))
     prepare_domains(cache, ["math"], sources=sources, n_prompts=3)
-    assert json.loads(meta.read_text())["format"] == 2
+    assert json.loads(meta.read_text())["format"] == 3
 
 
 def test_unknown_domain_is_a_clear_error(tmp_path, sources, capsys):

@@ -28,6 +28,17 @@ def setup(tmp_path_factory):
     return root, model, tok
 
 
+def _entry(folder, name, ext=".npz"):
+    """The one file of entry ``name`` (its name ends in a hash of its settings)."""
+    (path,) = folder.glob(f"{name}-??????????{ext}")
+    return path
+
+
+def _entries(folder):
+    """mtime of every entry file and sidecar (not the lock or the checksum fast path)."""
+    return {p.name: p.stat().st_mtime_ns for p in folder.iterdir() if not p.name.startswith(".")}
+
+
 def _cfg(**kw):
     return PoolConfig(domains=DOMS, max_train_tokens=2000, answers_per_domain=2, answer_tokens=4,
                       **kw)
@@ -45,10 +56,11 @@ def test_pool_builds_loads_and_reuses(setup, capsys):
     assert pool.domain_of["ngram-news"] == "news" and pool.domain_of["ngram-general"] is None
     # equal training budget: the generalist saw no more tokens than a specialist
     assert pool.drafters[3].n_tokens <= 1.2 * max(d.n_tokens for d in pool.drafters[:3])
-    mtimes = {p.name: p.stat().st_mtime_ns for p in pool.folder.iterdir()}
+    assert pool.paths["ngram-math"] == _entry(pool.folder, "ngram-math")
+    mtimes = _entries(pool.folder)
     capsys.readouterr()
     again = load_pool(model, tok, cache, _cfg(), progress=False)
-    assert {p.name: p.stat().st_mtime_ns for p in again.folder.iterdir()} == mtimes
+    assert _entries(again.folder) == mtimes
     assert "built" not in capsys.readouterr().err
     assert not [p for p in pool.folder.iterdir() if ".tmp" in p.name]
 
@@ -57,37 +69,42 @@ def test_corrupt_entry_is_reported_and_rebuilt(setup, capsys):
     root, model, tok = setup
     cache = root / "cache"
     folder = build_pool(model, tok, cache, _cfg(), progress=False)
-    entry = folder / "ngram-math.npz"
+    entry = _entry(folder, "ngram-math")
     good = entry.read_bytes()
     entry.write_bytes(good[: len(good) // 2])  # truncated: checksum no longer matches
     capsys.readouterr()
     pool = load_pool(model, tok, cache, _cfg(), progress=False)
     err = capsys.readouterr().err
-    assert "ngram-math.npz is unusable" in err and "rebuilding" in err
+    assert f"{entry.name} is unusable" in err and "rebuilding" in err
     assert entry.read_bytes() == good  # deterministic rebuild
     assert pool.drafters[1].n_tokens > 0
     # a missing sidecar (interrupted before it was written) also means: rebuild
-    (folder / "ngram-news.json").unlink()
+    side = _entry(folder, "ngram-news", ".json")
+    side.unlink()
     capsys.readouterr()
     build_pool(model, tok, cache, _cfg(), progress=False)
-    assert "ngram-news.npz is unusable" in capsys.readouterr().err
-    assert json.loads((folder / "ngram-news.json").read_text())["kind"] == "ngram"
+    assert f"{side.stem}.npz is unusable" in capsys.readouterr().err
+    assert json.loads(side.read_text())["kind"] == "ngram"
 
 
 def test_load_without_build_names_the_fix(setup):
     root, model, tok = setup
     cache = root / "cache"
     folder = build_pool(model, tok, cache, _cfg(), progress=False)
-    (folder / "ngram-code.npz").write_bytes(b"garbage")
+    _entry(folder, "ngram-code").write_bytes(b"garbage")
     with pytest.raises(PoolCorruptError, match="hedgespec train-drafters"):
         load_pool(model, tok, cache, _cfg(), build=False)
     build_pool(model, tok, cache, _cfg(), progress=False)  # repair for the other tests
 
 
-def test_settings_change_rebuilds_and_extras_exist(setup):
+def test_other_settings_build_alongside_and_extras_exist(setup):
     root, model, tok = setup
     cache = root / "cache"
+    before = _entries(build_pool(model, tok, cache, _cfg(), progress=False))
     pool = load_pool(model, tok, cache, _cfg(extra_shards=2, ngram_order=3), progress=False)
+    after = _entries(pool.folder)
+    assert {n: after[n] for n in before} == before  # the default pool is left alone
+    assert len(list(pool.folder.glob("ngram-code-*.npz"))) == 2
     assert len(pool.extras) == 2 * len(DOMS)
     assert pool.drafters[0].order == 3
     assert {x.name for x in pool.extras} == {f"extra-{d}-{s}" for d in DOMS for s in range(2)}
