@@ -72,6 +72,11 @@ def test_fixed_policy_keeps_round_bookkeeping():
     assert policy.weights.tolist() == [0.0, 1.0, 0.0]
 
 
+def test_fixed_policy_is_not_full_information():
+    """It needs no drafter's loss: the decoders skip counterfactual evaluation for it."""
+    assert make_policy("fixed:0", 2).full_information is False
+
+
 @pytest.mark.parametrize(("n_accepted", "k", "loss"), [(0, 4, 1.0), (4, 4, 0.0), (1, 4, 0.75),
                                                        (0, 1, 1.0), (1, 1, 0.0)])
 def test_bandit_loss_is_banditspecs_scaled_shortfall(n_accepted, k, loss):

@@ -191,6 +191,23 @@ def test_stats_have_the_single_draft_keys():
     assert a.stats["drafters"] == [h.config.extra["name"] for h in heads]
 
 
+@pytest.mark.parametrize("policy", ["normalhedge", "ucbspec", "oracle"])
+def test_on_round_reports_each_tree_round(policy):
+    target, corpus, heads = setup()
+    prompt = corpus[15:16, :6]
+    dec = HedgeSpecDecoder(target, heads, tree=TreeConfig(3, 2, 6), policy=policy)
+    seen = []
+    out = dec.generate(prompt, max_new_tokens=17, temperature=1.0, seed=2, on_round=seen.append)
+    st = out.stats
+    assert [r.drafter for r in seen] == st["chosen"]
+    assert [r.accepted for r in seen] == st["accepted"]
+    assert [r.drafter_name for r in seen] == [st["drafters"][i] for i in st["chosen"]]
+    assert [t for r in seen for t in r.tokens] == out.sequences[0, 6:].tolist()
+    assert len(st["tree_nodes"]) == len(seen) and st["tree"] == {"depth": 3, "top_k": 2,
+                                                                 "total_tokens": 6}
+    assert dec.target.feature_layers == dec.pool.feature_layers  # one target, with features
+
+
 def test_bad_input_is_a_value_error():
     target, _, heads = setup()
     with pytest.raises(ValueError, match="empty pool"):

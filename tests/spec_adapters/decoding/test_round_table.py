@@ -1,0 +1,79 @@
+"""RoundTable: window losses from the live block equal a naive recomputation over the whole
+table, the full table is still returned, and it refuses windows it no longer holds."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from spec_adapters.core import estimators
+from spec_adapters.core.rounds import RoundTable
+
+
+def _naive_loss(gamma, rho, loss, corrected):
+    """The estimators applied to one ``(n, K)`` window, written out independently."""
+    k = gamma.shape[1]
+    if loss == "tap":
+        return (1 - gamma.mean(1)).numpy()
+    if corrected:
+        prefix = torch.cumprod(torch.cat([torch.ones(gamma.shape[0], 1).double(),
+                                          rho[:, :-1]], 1), 1)
+        al = 1 + (prefix * gamma).sum(1)
+    else:
+        al = 1 + torch.cumprod(gamma, 1).sum(1)
+    return ((k + 1 - al) / (k + 1)).clamp(0, 1).numpy()
+
+
+@settings(max_examples=60, deadline=None)
+@given(k=st.integers(1, 5), chunks=st.lists(st.integers(1, 6), min_size=1, max_size=25),
+       loss=st.sampled_from(["eal", "tap"]), corrected=st.booleans(), seed=st.integers(0, 99))
+def test_window_losses_equal_a_naive_recomputation(k, chunks, loss, corrected, seed):
+    n, first = 3, 7
+    g = torch.Generator().manual_seed(seed)
+    table = RoundTable(n, k, loss, corrected)
+    table.reset(first)
+    gammas, rhos, starts, got = [], [], {}, {}
+    pos = first
+    for rid, m in enumerate(chunks):  # one round per chunk, opened where the sequence ends
+        table.open(rid, pos)
+        starts[rid] = pos
+        gamma, rho = torch.rand(n, m, generator=g).double(), torch.rand(n, m, generator=g).double()
+        gammas.append(gamma)
+        rhos.append(rho)
+        table.record(gamma, rho)
+        pos += m
+        got.update(table.pop_completed())
+    full_g, full_r = torch.cat(gammas, 1), torch.cat(rhos, 1)
+    torch.testing.assert_close(table.gamma, full_g, rtol=0, atol=0)
+    torch.testing.assert_close(table.rho, full_r, rtol=0, atol=0)
+    complete = {rid for rid, s in starts.items() if s + k <= pos}
+    assert set(got) == complete and set(table.open_rounds) == set(starts) - complete
+    for rid in complete:
+        lo = starts[rid] - first
+        ref = _naive_loss(full_g[:, lo:lo + k], full_r[:, lo:lo + k], loss, corrected)
+        np.testing.assert_allclose(got[rid], ref, atol=1e-12)
+
+
+def test_naive_loss_is_the_corrected_estimator_by_hand():
+    """AL = 1 + g1 + r1 g2 + r1 r2 g3 = 1 + 0.9 + 0.5 + 0.4 * 0.2 = 2.48; loss (4 - AL) / 4."""
+    g = torch.tensor([[0.9, 0.5, 0.2]]).double()
+    r = torch.tensor([[1.0, 0.4, 0.7]]).double()
+    assert float(_naive_loss(g, r, "eal", True)[0]) == pytest.approx(0.38)
+    assert float(estimators.corrected_acceptance_length(g, r)[0]) == pytest.approx(2.48)
+
+
+def test_a_round_before_the_kept_positions_is_refused():
+    table = RoundTable(2, 2, "eal", True)
+    table.reset(0)
+    table.open(0, 0)
+    table.record(torch.ones(2, 3).double(), torch.ones(2, 3).double())
+    assert [rid for rid, _ in table.pop_completed()] == [0]
+    with pytest.raises(ValueError, match="before the first position still kept"):
+        table.open(1, 1)  # positions 0..2 were dropped with round 0
+    table.open(1, 3)
+    with pytest.raises(ValueError, match="round 1 is already open"):
+        table.open(1, 3)
+    assert table.gamma.shape == (2, 3)
