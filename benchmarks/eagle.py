@@ -12,11 +12,10 @@ rates is representative. Prints one line per measurement (median over repeats, m
 from __future__ import annotations
 
 import argparse
-import statistics
-import time
 
 import torch
 
+from spec_adapters.app.measure import median_ms, run_decoder
 from spec_adapters.eagle import EagleHead, EagleHeadConfig, HeadPool, HedgeSpecDecoder, TreeConfig
 from spec_adapters.eagle.train import TrainConfig, head_loss
 from spec_adapters.eagle.tree import draft_tree, verify_tree
@@ -41,17 +40,6 @@ def build_target(size: str, real: bool):
     cfg = LlamaConfig(bos_token_id=1, eos_token_id=2, pad_token_id=0,
                       **(SMOL if size == "smol" else TINY))
     return LlamaForCausalLM(cfg).eval()
-
-
-def timeit(fn, repeats: int) -> float:
-    """Median wall time of ``fn()`` in milliseconds (one warm-up call)."""
-    fn()
-    times = []
-    for _ in range(repeats):
-        t = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t)
-    return 1000 * statistics.median(times)
 
 
 def make_heads(target, n: int, draft_vocab: int):
@@ -101,7 +89,7 @@ def main(argv=None) -> None:
         target(input_ids=ids[-1:].view(1, 1), cache=cache, use_cache=True)
         cache.crop(-1)
 
-    t_target = timeit(target_step, args.repeats)
+    t_target = median_ms(target_step, args.repeats, warmup=1)
     print(f"target one-token step:           {t_target:8.2f} ms")
 
     # pools of 1 and 8 heads, synced on the context
@@ -114,7 +102,7 @@ def main(argv=None) -> None:
     h = pool1.pending_hidden[0].view(1, 1, -1)
     e = head.embed(ids[-1:]).view(1, 1, -1)
     pos = torch.tensor([ctx])
-    t_head = timeit(lambda: head(h, e, pos, k, v), args.repeats)
+    t_head = median_ms(lambda: head(h, e, pos, k, v), args.repeats, warmup=1)
     print(f"one head step (1 token):         {t_head:8.2f} ms   = {t_head / t_target:.3f} x "
           "target step (goal <= 0.1)")
 
@@ -127,11 +115,11 @@ def main(argv=None) -> None:
         pool.extend(new_f, new_t)
         pool._gk, pool._gv, pool.length, pool.pending_logits, pool.pending_hidden = saved
 
-    t_e1 = timeit(lambda: eval_pool(pool1), args.repeats)
-    t_e8 = timeit(lambda: eval_pool(pool8), args.repeats)
+    t_e1 = median_ms(lambda: eval_pool(pool1), args.repeats, warmup=1)
+    t_e8 = median_ms(lambda: eval_pool(pool8), args.repeats, warmup=1)
     pool8_loop = HeadPool(heads, target, batched=False)
     pool8_loop.extend(feats, ids[1:])
-    t_e8l = timeit(lambda: eval_pool(pool8_loop), args.repeats)
+    t_e8l = median_ms(lambda: eval_pool(pool8_loop), args.repeats, warmup=1)
     print(f"evaluate 1 head (3 positions):   {t_e1:8.2f} ms")
     print(f"evaluate 8 heads, vmapped:       {t_e8:8.2f} ms   = {t_e8 / t_e1:.2f} x one head "
           "(goal <= 1.5)")
@@ -141,15 +129,15 @@ def main(argv=None) -> None:
     cfg = TreeConfig(5, 8, 48)
     tree = draft_tree(head, k, v, pool1.pending_logits[0], pool1.pending_hidden[0],
                       int(ids[-1]), cfg)
-    t_draft = timeit(lambda: draft_tree(head, k, v, pool1.pending_logits[0],
+    t_draft = median_ms(lambda: draft_tree(head, k, v, pool1.pending_logits[0],
                                         pool1.pending_hidden[0], int(ids[-1]), cfg),
-                     args.repeats)
+                     args.repeats, warmup=1)
 
     def verify():
         verify_tree(target, cache, tree, fl)
         cache.crop(-(tree.size + 1))
 
-    t_verify = timeit(verify, args.repeats)
+    t_verify = median_ms(verify, args.repeats, warmup=1)
     print(f"draft tree {cfg} ({tree.size} nodes): {t_draft:8.2f} ms = "
           f"{t_draft / t_target:.2f} x target step")
     print(f"verify tree of {tree.size} + 1 tokens:   {t_verify:8.2f} ms   = "
@@ -162,20 +150,18 @@ def main(argv=None) -> None:
             verify_tree(target, cache, small, fl)
             cache.crop(-(small.size + 1))
 
-        t_small = timeit(verify_small, args.repeats)
+        t_small = median_ms(verify_small, args.repeats, warmup=1)
         print(f"verify tree of {small.size} + 1 tokens:    {t_small:8.2f} ms   = "
               f"{t_small / t_target:.2f} x single-token target step")
 
     # a full decode: per-round split (random heads: acceptance is not representative)
     dec = HedgeSpecDecoder(target, heads, tree=cfg, policy="normalhedge")
-    res = dec.generate(ids[:ctx].view(1, -1), max_new_tokens=args.new_tokens, eos_token_id=[])
-    st = res.stats
-    rounds = st["target_calls"]
-    print(f"decode {st['new_tokens']} tokens, {rounds} rounds, 8 heads, greedy:")
+    run = run_decoder(dec, ids[:ctx].view(1, -1), args.new_tokens, eos_token_id=[])
+    rounds, timing = run["target_calls"], run["timing"]
+    print(f"decode {run['new_tokens']} tokens, {rounds} rounds, 8 heads, greedy:")
     for key in ("select", "draft", "verify", "eval", "update"):
-        print(f"  {key:7s} {1000 * st[key + '_seconds'] / rounds:8.2f} ms / round")
-    print(f"  prefill {1000 * st['prefill_seconds']:8.2f} ms, total "
-          f"{1000 * st['total_seconds']:.0f} ms")
+        print(f"  {key:7s} {1000 * timing[key] / rounds:8.2f} ms / round")
+    print(f"  prefill {1000 * timing['prefill']:8.2f} ms, total {1000 * run['seconds']:.0f} ms")
 
     # training: one optimisation step at the default TrainConfig size
     with torch.enable_grad():
@@ -190,7 +176,7 @@ def main(argv=None) -> None:
             loss.backward()
             opt.step()
 
-        t_train = timeit(train_step, max(1, args.repeats // 2))
+        t_train = median_ms(train_step, max(1, args.repeats // 2), warmup=1)
         head.eval()
     tok = tc.tokens_per_step
     print(f"train step ({tc.batch_size} x {tc.seq_len} = {tok} tokens): {t_train:8.1f} ms = "

@@ -21,19 +21,10 @@ from pathlib import Path
 import torch
 
 from spec_adapters.app.domains import DOMAINS, chat_ids, load_domain
+from spec_adapters.app.measure import run_decoder
 from spec_adapters.app.pool import pool_dir
 from spec_adapters.eagle import EagleHead, HedgeSpecDecoder, TreeConfig
 from spec_adapters.hf.models import default_cache_dir, load_target
-
-
-def _run(decoder, ids, tokens: int) -> dict:
-    cpu = time.process_time()
-    out = decoder.generate(ids.view(1, -1), max_new_tokens=tokens, temperature=0.0)
-    cpu = time.process_time() - cpu
-    s = out.stats
-    return {"new_tokens": s["new_tokens"], "target_calls": s["target_calls"],
-            "mat": s["mean_accepted_tokens"], "cpu_seconds": cpu, "chosen": s["chosen"],
-            "sequence": out.sequences[0, ids.numel():].tolist()}
 
 
 def main() -> None:
@@ -64,8 +55,10 @@ def main() -> None:
         row = {"domain": d, "target_cpu_seconds": time.process_time() - cpu,
                "target_tokens": len(reference)}
         for policy in methods:
-            r = _run(HedgeSpecDecoder(model, heads, tree=tree, policy=policy), ids, args.tokens)
-            r["lossless"] = r.pop("sequence") == reference[:r["new_tokens"]]
+            r = run_decoder(HedgeSpecDecoder(model, heads, tree=tree, policy=policy),
+                            ids.view(1, -1), args.tokens)
+            r["mat"] = r["new_tokens"] / r["target_calls"]
+            r["lossless"] = r.pop("tokens") == reference[:r["new_tokens"]]
             row[policy] = r
             print(f"{d:10s} {methods[policy]:24s} MAT {r['mat']:.2f} "
                   f"lossless={r['lossless']}", flush=True)

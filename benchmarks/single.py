@@ -26,15 +26,14 @@ import argparse
 import copy
 import os
 import sys
-import time
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-import numpy as np
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+from spec_adapters.app.measure import median_ms, run_decoder
 from spec_adapters.decoding.chain import HedgeSpecDecoder
 from spec_adapters.drafters import HFDrafter, StackedHFDrafters
 from spec_adapters.hf.target import TargetModel
@@ -92,47 +91,38 @@ def prompt_ids(tokenizer, vocab: int, count: int) -> list[torch.Tensor]:
     return [torch.randint(3, vocab, (1, 24), generator=g) for _ in range(count)]
 
 
-def run_decoder(target, drafters, prompts, args, policy="normalhedge") -> dict:
+def pool_totals(target, drafters, prompts, args, policy="normalhedge") -> dict:
+    """Seconds per phase, ``total`` seconds, ``rounds`` and ``tokens`` summed over the prompts
+    (one warm-up generation first)."""
     dec = HedgeSpecDecoder(target, drafters, draft_length=args.k, policy=policy)
     dec.generate(prompts[0], max_new_tokens=4)  # warm-up
     tot = dict.fromkeys((*PHASES, "total", "rounds", "tokens"), 0.0)
     for ids in prompts:
-        s = dec.generate(ids, max_new_tokens=args.tokens, temperature=args.temperature,
-                         seed=0).stats
+        r = run_decoder(dec, ids, args.tokens, args.temperature, seed=0)
         for ph in PHASES:
-            tot[ph] += s[f"{ph}_seconds"]
-        tot["total"] += s["total_seconds"]
-        tot["rounds"] += s["target_calls"]
-        tot["tokens"] += s["new_tokens"]
+            tot[ph] += r["timing"][ph]
+        tot["total"] += r["seconds"]
+        tot["rounds"] += r["target_calls"]
+        tot["tokens"] += r["new_tokens"]
     return tot
 
 
 def eval_cost(drafters, stacked: bool, chunk: int, reps: int) -> float:
-    """Seconds to evaluate every drafter on one verified chunk of ``chunk`` tokens."""
+    """Milliseconds to evaluate every drafter on one verified chunk of ``chunk`` tokens."""
     members = list(StackedHFDrafters(drafters)) if stacked else [HFDrafter(d) for d in drafters]
     prompt = torch.arange(3, 35)
     for m in members:
         m.start(prompt)
     tokens = torch.arange(40, 40 + chunk)
-    times = []
-    for _ in range(reps):
-        t = time.perf_counter()
-        for m in members:
-            m.extend(tokens)
-        times.append(time.perf_counter() - t)
-    return float(np.median(times))
+    return median_ms(lambda: [m.extend(tokens) for m in members], reps)
 
 
 def target_step(target, reps: int) -> float:
+    """Milliseconds of one cached one-token target step (a 2-token verification)."""
     tm = TargetModel(target)
     tm.prefill(torch.arange(3, 35))
-    times = []
-    for _ in range(reps):
-        t = time.perf_counter()
-        tm.verify(torch.tensor([5]), torch.tensor([6]))
-        times.append(time.perf_counter() - t)
-        tm.crop(31)
-    return float(np.median(times))
+    return median_ms(lambda: tm.verify(torch.tensor([5]), torch.tensor([6])), reps,
+                     setup=lambda: tm.crop(31))
 
 
 def main(argv=None) -> None:
@@ -185,7 +175,7 @@ def mixed(target, pool, vocab, prompts, args) -> None:
     print(f"{'policy':12} {'MAT':>5} {'tok/s':>7} {'ms/round':>9} {'eval':>6} {'learner':>8}")
     for policy in ("normalhedge", "exp3spec", "ucbspec",
                    *(f"fixed:{i}" for i in range(len(drafters)))):
-        t = run_decoder(target, drafters, prompts, args, policy=policy)
+        t = pool_totals(target, drafters, prompts, args, policy=policy)
         r = max(t["rounds"], 1)
         print(f"{policy:12} {t['tokens'] / r:5.2f} {t['tokens'] / t['total']:7.1f} "
               f"{1e3 * t['total'] / r:9.2f} {t['eval'] / t['total']:6.0%} "
@@ -196,15 +186,15 @@ def scaling(target, pool, prompts, args) -> None:
     """Phase split and evaluation cost for N drafters, loop versus stacked."""
     step = target_step(target, args.reps)
     one_eval = eval_cost(pool[:1], False, 3, args.reps)
-    print(f"one target step (1 token, cached): {1e3 * step:.2f} ms; one drafter on a 3-token "
-          f"chunk: {1e3 * one_eval:.2f} ms ({one_eval / step:.2f} target steps)\n")
+    print(f"one target step (1 token, cached): {step:.2f} ms; one drafter on a 3-token "
+          f"chunk: {one_eval:.2f} ms ({one_eval / step:.2f} target steps)\n")
 
     print("evaluation of N drafters on one 3-token chunk, relative to one drafter:")
     for n in args.n:
         loop = eval_cost(pool[:n], False, 3, args.reps)
         stacked = eval_cost(pool[:n], True, 3, args.reps)
-        print(f"  N={n:2d}  loop {1e3 * loop:7.2f} ms ({loop / one_eval:4.2f}x)   "
-              f"stacked {1e3 * stacked:7.2f} ms ({stacked / one_eval:4.2f}x)")
+        print(f"  N={n:2d}  loop {loop:7.2f} ms ({loop / one_eval:4.2f}x)   "
+              f"stacked {stacked:7.2f} ms ({stacked / one_eval:4.2f}x)")
     print()
 
     header = (f"{'N':>3} {'mode':8} {'MAT':>5} {'tok/s':>7} {'ms/round':>9} "
@@ -214,7 +204,7 @@ def scaling(target, pool, prompts, args) -> None:
     for n in args.n:
         for mode in ("loop", "stacked"):
             drafters = [StackedHFDrafters(pool[:n])] if mode == "stacked" else pool[:n]
-            t = run_decoder(target, drafters, prompts, args)
+            t = pool_totals(target, drafters, prompts, args)
             r = max(t["rounds"], 1)
             cells = " ".join(f"{1e3 * t[p] / r:6.2f} ({t[p] / t['total']:4.0%})" for p in PHASES)
             learner = (t["select"] + t["update"]) / t["total"]

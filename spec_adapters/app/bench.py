@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import json
 import random
-import sys
 import time
 from collections import defaultdict
 from collections.abc import Sequence
@@ -41,6 +40,9 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
+
+from spec_adapters.app.log import log
+from spec_adapters.app.measure import median_ms, run_decoder
 
 __all__ = ["PRESETS", "BenchConfig", "aggregate", "markdown_tables", "plot", "run_bench"]
 
@@ -138,10 +140,6 @@ class Query:
     meta: dict = field(default_factory=dict)
 
 
-def _log(msg: str) -> None:
-    print(f"[hedgespec] {msg}", file=sys.stderr, flush=True)
-
-
 # ------------------------------------------------------------------------------------------
 # streams
 # ------------------------------------------------------------------------------------------
@@ -205,19 +203,6 @@ def run_target(model, ids, max_new_tokens: int, temperature: float, seed: int,
     calls = max(1, counter.calls - 1)  # the first call is the prefill
     return {"new_tokens": new, "target_calls": calls if prompt_lookup else new,
             "seconds": seconds, "tokens": out[0, ids.shape[1]:].tolist()}
-
-
-def run_decoder(decoder, ids, max_new_tokens: int, temperature: float, seed: int) -> dict:
-    """One :class:`HedgeSpecDecoder` generation, reduced to what the tables need."""
-    out = decoder.generate(ids, max_new_tokens=max_new_tokens, temperature=temperature,
-                           seed=seed)
-    s = out.stats
-    return {"new_tokens": s["new_tokens"], "target_calls": s["target_calls"],
-            "seconds": s["total_seconds"], "chosen": s["chosen"], "accepted": s["accepted"],
-            "timing": {k: s[f"{k}_seconds"] for k in
-                       ("prefill", "select", "draft", "verify", "eval", "update")},
-            "final_weights": (np.round(s["weights"][-1], 4).tolist() if s["weights"] else None),
-            "tokens": out.sequences[0, ids.shape[1]:].tolist()}
 
 
 # ------------------------------------------------------------------------------------------
@@ -338,7 +323,7 @@ def run_bench(model, tokenizer, pool, domains: dict, cfg: BenchConfig, out_dir,
     plan = _plan(cfg, pool, stream)
     todo = [p for p in plan if not records.has(p[0], p[1].qid, float(p[2]), p[3], p[4])]
     if len(todo) < len(plan):
-        _log(f"resuming: {len(plan) - len(todo)} of {len(plan)} runs already in "
+        log(f"resuming: {len(plan) - len(todo)} of {len(plan)} runs already in "
              f"{records.path}")
     router_ms, routes = {}, {}
     if pool.router is not None:
@@ -461,14 +446,6 @@ def _overheads(model, tokenizer, pool, domains, cfg: BenchConfig, out: Path) -> 
     tm = TargetModel(model)
     greedy = SamplingConfig(0.0)
 
-    def med(fn, reps=7):
-        xs = []
-        for _ in range(reps):
-            t = time.perf_counter()
-            fn()
-            xs.append(time.perf_counter() - t)
-        return float(np.median(xs)) * 1e3
-
     tm.prefill(ids)
     L = tm.cached_length
     drafts = ids[-K:]
@@ -481,39 +458,23 @@ def _overheads(model, tokenizer, pool, domains, cfg: BenchConfig, out: Path) -> 
         tm.verify(ids[-1:], drafts)
         tm.crop(L)
 
-    res = {"draft_length": K, "target_step_ms": med(step), "verify_ms": med(verify)}
+    res = {"draft_length": K, "target_step_ms": median_ms(step),
+           "verify_ms": median_ms(verify)}
     dr = pool.drafters[0]
     dr.start(ids)
-    res["drafter_propose_ms"] = med(lambda: dr.propose(K, greedy, None))
-    ext = []
-    for _ in range(5):
-        dr.start(ids)
-        t = time.perf_counter()
-        dr.extend(drafts)
-        ext.append(time.perf_counter() - t)
-    res["drafter_extend_ms"] = float(np.median(ext)) * 1e3
+    res["drafter_propose_ms"] = median_ms(lambda: dr.propose(K, greedy, None))
+    res["drafter_extend_ms"] = median_ms(lambda: dr.extend(drafts), 5,
+                                         setup=lambda: dr.start(ids))
     for n, ds in (("pool", pool.drafters), ("pool32", _sized_pool(pool, 32))):
-        xs = []
-        for _ in range(3):
-            for d in ds:
-                d.start(ids)
-            t = time.perf_counter()
-            for d in ds:
-                greedy.probs(d.extend(drafts))
-            xs.append(time.perf_counter() - t)
-        res[f"eval_{n}_ms"] = float(np.median(xs)) * 1e3
+        res[f"eval_{n}_ms"] = median_ms(lambda ds=ds: [greedy.probs(d.extend(drafts)) for d in ds],
+                                        3, setup=lambda ds=ds: [d.start(ids) for d in ds])
         res[f"eval_{n}_n"] = len(ds)
     rng = np.random.default_rng(0)
     N = len(pool.drafters)
     pol = QPMD(NormalHedge(N))
-    losses = rng.random((50, N))
-    ts = []
-    for r in range(50):
-        rid, _ = pol.play(rng)
-        t = time.perf_counter()
-        pol.feed(rid, losses[r])
-        ts.append(time.perf_counter() - t)
-    res["learner_update_ms"] = float(np.median(ts)) * 1e3
+    losses, played = iter(rng.random((50, N))), []
+    res["learner_update_ms"] = median_ms(lambda: pol.feed(played.pop(), next(losses)), 50,
+                                         setup=lambda: played.append(pol.play(rng)[0]))
     res["threads"] = torch.get_num_threads()
     f.write_text(json.dumps(res, indent=1))
     return res
@@ -684,6 +645,16 @@ def markdown_tables(summary: dict, methods: Sequence[str] = MAIN_ORDER) -> str:
     return "\n".join(lines)
 
 
+def _save(fig, path: Path) -> Path:
+    """Write ``fig`` to ``path`` (PNG, 120 dpi) and close it."""
+    import matplotlib.pyplot as plt
+
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path
+
+
 def plot(summary: dict, records: list[dict], out: Path) -> list[Path]:
     """fig5a_regret.png, fig5b_poolsize.png, table1_heatmap.png (those with data)."""
     import matplotlib
@@ -701,10 +672,7 @@ def plot(summary: dict, records: list[dict], out: Path) -> list[Path]:
         ax.set_ylabel("cumulative regret (tokens)")
         ax.set_title("Fig. 5a analog: regret vs hindsight-best drafter")
         ax.legend()
-        fig.tight_layout()
-        fig.savefig(out / "fig5a_regret.png", dpi=120)
-        plt.close(fig)
-        written.append(out / "fig5a_regret.png")
+        written.append(_save(fig, out / "fig5a_regret.png"))
     ps = summary.get("poolsize") or {}
     if ps:
         fig, ax = plt.subplots(figsize=(5.5, 3.6))
@@ -716,10 +684,7 @@ def plot(summary: dict, records: list[dict], out: Path) -> list[Path]:
         ax.set_ylabel("MAT")
         ax.set_title("Fig. 5b analog: MAT vs pool size")
         ax.legend()
-        fig.tight_layout()
-        fig.savefig(out / "fig5b_poolsize.png", dpi=120)
-        plt.close(fig)
-        written.append(out / "fig5b_poolsize.png")
+        written.append(_save(fig, out / "fig5b_poolsize.png"))
     t1 = summary.get("table1") or {}
     if t1:
         names = list(t1)
@@ -736,10 +701,7 @@ def plot(summary: dict, records: list[dict], out: Path) -> list[Path]:
                             color="w")
         fig.colorbar(im, ax=ax, label="MAT")
         ax.set_title("Table 1 analog: MAT (greedy)")
-        fig.tight_layout()
-        fig.savefig(out / "table1_heatmap.png", dpi=120)
-        plt.close(fig)
-        written.append(out / "table1_heatmap.png")
+        written.append(_save(fig, out / "table1_heatmap.png"))
     return written
 
 

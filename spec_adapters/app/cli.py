@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import NoReturn
 
 from spec_adapters.app.domains import DOMAINS
+from spec_adapters.app.log import log as _log
 
 __all__ = ["OneLineParser", "build_parser", "file_arg", "float_arg", "folder_arg", "int_arg",
            "main"]
@@ -42,10 +43,6 @@ MAX_SEED = 2**63 - 1  # torch.Generator.manual_seed and numpy.random.default_rng
 
 class UserError(Exception):
     """A problem the user can fix; printed as one line, exit status 2."""
-
-
-def _log(msg: str) -> None:
-    print(f"[hedgespec] {msg}", file=sys.stderr, flush=True)
 
 
 # ------------------------------------------------------------------------------------------
