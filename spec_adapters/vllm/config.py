@@ -1,0 +1,95 @@
+"""Settings of the vLLM proposer: a JSON file named by ``$HEDGESPEC_VLLM_CONFIG``.
+
+Keys (all optional)::
+
+    {"pool": "<folder with ngram-*.npz>",   # corpus n-gram drafters; none: prompt lookup only
+     "prompt_lookup": [1, 2, 3, 4],        # prompt-lookup drafters, one per n-gram size
+     "policy": "normalhedge",              # hedge | adahedge | exp3spec | ucbspec | fixed:<i>
+     "k": 4,                               # K, at most vLLM's num_speculative_tokens
+     "cost_aware": true,                   # experts (drafter, k), k = 0 no draft; else k = K
+     "idle_steps": 64,                     # a request absent this many steps is forgotten
+     "seed": 0,
+     "trace": "<file.jsonl>"}              # one line per request per step (tests, benchmark)
+
+Every problem (unreadable file, malformed JSON, unknown key or policy, missing pool, a bad
+value) is a ``ValueError`` naming the file and the problem, raised when the engine starts.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+
+__all__ = ["ENV_VAR", "ProposerConfig", "load_config"]
+
+ENV_VAR = "HEDGESPEC_VLLM_CONFIG"
+POLICIES = ("normalhedge", "hedge", "adahedge", "exp3spec", "ucbspec")
+
+
+@dataclass(frozen=True)
+class ProposerConfig:
+    """Validated proposer settings (see the module docstring for the meaning of each)."""
+
+    pool: str | None = None
+    prompt_lookup: tuple[int, ...] = (1, 2, 3, 4)
+    policy: str = "normalhedge"
+    k: int | None = None
+    cost_aware: bool = True
+    idle_steps: int = 64
+    seed: int = 0
+    trace: str | None = None
+    source: str = field(default="defaults", compare=False)
+
+    def __post_init__(self) -> None:
+        def bad(msg: str):
+            raise ValueError(f"{ENV_VAR} ({self.source}): {msg}")
+
+        if self.policy not in POLICIES and not self.policy.startswith("fixed:"):
+            bad(f"unknown policy {self.policy!r}; expected one of {POLICIES} or 'fixed:<i>'")
+        if self.policy.startswith("fixed:") and not self.policy[6:].isdigit():
+            bad(f"bad fixed policy {self.policy!r}; expected 'fixed:<drafter index>'")
+        if not isinstance(self.prompt_lookup, tuple) or not all(
+                isinstance(n, int) and not isinstance(n, bool) and n >= 1
+                for n in self.prompt_lookup):
+            bad(f"prompt_lookup must be a list of integers >= 1, got {self.prompt_lookup!r}")
+        for name in ("idle_steps", "seed") + (("k",) if self.k is not None else ()):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, int) or v < (1 if name != "seed" else 0):
+                bad(f"{name} must be an integer >= {1 if name != 'seed' else 0}, got {v!r}")
+        if not isinstance(self.cost_aware, bool):
+            bad(f"cost_aware must be true or false, got {self.cost_aware!r}")
+        if self.pool is not None and not Path(self.pool).is_dir():
+            bad(f"pool folder {self.pool} does not exist")
+        if self.pool is None and not self.prompt_lookup:
+            bad("no drafters: give a pool folder or prompt_lookup sizes")
+
+
+def load_config(environ=None) -> ProposerConfig:
+    """Read ``$HEDGESPEC_VLLM_CONFIG`` (defaults when unset).
+
+    Raises
+    ------
+    ValueError
+        The file cannot be read, is not a JSON object, has unknown keys or bad values.
+    """
+    env = os.environ if environ is None else environ
+    path = env.get(ENV_VAR)
+    if not path:
+        return ProposerConfig()
+    try:
+        raw = json.loads(Path(path).read_text())
+    except OSError as err:
+        raise ValueError(f"{ENV_VAR}: cannot read {path}: {err}") from err
+    except json.JSONDecodeError as err:
+        raise ValueError(f"{ENV_VAR} ({path}): malformed JSON: {err}") from err
+    if not isinstance(raw, dict):
+        raise ValueError(f"{ENV_VAR} ({path}): expected a JSON object, got {type(raw).__name__}")
+    known = {f.name for f in fields(ProposerConfig)} - {"source"}
+    unknown = sorted(set(raw) - known)
+    if unknown:
+        raise ValueError(f"{ENV_VAR} ({path}): unknown keys {unknown}; expected {sorted(known)}")
+    if isinstance(raw.get("prompt_lookup"), list):
+        raw["prompt_lookup"] = tuple(raw["prompt_lookup"])
+    return ProposerConfig(**raw, source=path)

@@ -1,0 +1,263 @@
+"""HedgeSpec as a vLLM ``custom_class`` speculative proposer.
+
+Use::
+
+    LLM(model, speculative_config={"method": "custom_class",
+        "model": "spec_adapters.vllm.HedgeSpecProposer", "num_speculative_tokens": 4})
+
+with the settings in ``$HEDGESPEC_VLLM_CONFIG`` (:mod:`spec_adapters.vllm.config`). vLLM builds
+the class with its ``VllmConfig`` and calls :meth:`HedgeSpecProposer.propose` once per engine
+step with, per batch row, the tokens sampled in that step (accepted drafts + bonus token;
+empty = the row is skipped), the row's token count and the token buffer. It passes no request
+ids, so each row is matched to the request state whose history it extends
+(:meth:`HedgeSpecProposer._match`).
+
+One step for one request (the paper's loop, with point-mass drafters)::
+
+    feed the rounds whose K verified tokens are now known  ->  learner update (delayed)
+    every drafter drafts K tokens from the row's buffer    ->  the round's counterfactuals
+    the request's learner picks an expert (drafter, k)     ->  the row's draft, k tokens
+
+Feedback: a deterministic draft's prefix that matches the verified continuation is its exact
+acceptance length under greedy decoding and an unbiased estimate of its expected acceptance
+length at temperature > 0 (``python -m proofs_check --only pointmass``), so every expert's
+loss comes from the tokens alone, through :func:`spec_adapters.core.draft_cost.expert_losses`.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections import deque
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from spec_adapters.core.draft_cost import expert_losses, expert_of, n_experts
+from spec_adapters.core.policies import make_policy
+from spec_adapters.vllm.config import ENV_VAR, ProposerConfig, load_config
+from spec_adapters.vllm.costs import StepTimeModel
+from spec_adapters.vllm.drafters import PromptLookup, load_pool_folder
+
+__all__ = ["HedgeSpecProposer", "RequestState"]
+
+HEAD, TAIL = 16, 8     # tokens kept to recognise a request's row
+IDLE_GAP_S = 5.0       # a gap between propose calls this long is an idle engine, not a step
+
+
+@dataclass
+class Round:
+    """One step of one request: its id in the policy, where its drafts start, every drafter's
+    K-token draft (``-1`` where a drafter had nothing), the expert played, its step costs."""
+
+    round_id: int
+    start: int
+    drafts: np.ndarray   # (N, K) int64
+    arm: int
+    costs: np.ndarray    # (K + 1,) predicted seconds of the step for k = 0 .. K
+
+
+@dataclass
+class RequestState:
+    """Everything HedgeSpec keeps for one request; owned by that request alone.
+
+    Size: the policy over ``N (K + 1)`` experts, at most ``K`` pending rounds of ``N K``
+    tokens, and ``HEAD + TAIL`` tokens of identity, whatever the request's length.
+    """
+
+    uid: int
+    head: np.ndarray
+    policy: object
+    rng: np.random.Generator
+    n_tokens: int = 0
+    tail: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    draft: list[int] = field(default_factory=list)
+    pending: deque = field(default_factory=deque)
+    tau: float | None = None   # seconds per generated token achieved so far (EMA)
+    idle: int = 0
+
+    def extends(self, buf: np.ndarray, sampled: list[int]) -> bool:
+        """Whether a row holding ``buf`` after sampling ``sampled`` is this request's next
+        step: same head, same tail, and the accepted tokens are a prefix of its draft."""
+        m, end = len(sampled), self.n_tokens
+        return (len(buf) == end + m and np.array_equal(buf[:len(self.head)], self.head)
+                and np.array_equal(buf[end - len(self.tail):end], self.tail)
+                and list(sampled[:-1]) == self.draft[:m - 1])
+
+
+class HedgeSpecProposer:
+    """Per-request online choice of drafter and draft length inside vLLM.
+
+    Parameters
+    ----------
+    vllm_config : vllm.config.VllmConfig
+        Read for ``num_speculative_tokens``, the vocabulary size and ``max_model_len``.
+
+    Raises
+    ------
+    ValueError
+        Bad settings (see :func:`spec_adapters.vllm.config.load_config`), a pool drafter over
+        another vocabulary, ``k`` above ``num_speculative_tokens``, a ``fixed:`` index out of
+        range; vLLM reports it at engine start.
+    """
+
+    def __init__(self, vllm_config) -> None:
+        spec, model = vllm_config.speculative_config, vllm_config.model_config
+        self._setup(load_config(), vocab_size=int(model.get_vocab_size()),
+                    max_k=int(spec.num_speculative_tokens),
+                    max_model_len=int(model.max_model_len))
+
+    @classmethod
+    def standalone(cls, config: ProposerConfig, *, vocab_size: int, max_k: int,
+                   max_model_len: int) -> HedgeSpecProposer:
+        """The proposer without a vLLM config (tests, other engines)."""
+        obj = cls.__new__(cls)
+        obj._setup(config, vocab_size=vocab_size, max_k=max_k, max_model_len=max_model_len)
+        return obj
+
+    def _setup(self, config: ProposerConfig, *, vocab_size: int, max_k: int,
+               max_model_len: int) -> None:
+        k_max = config.k if config.k is not None else max_k
+        if k_max > max_k:
+            raise ValueError(f"{ENV_VAR} ({config.source}): k={k_max} exceeds vLLM's "
+                             f"num_speculative_tokens={max_k}")
+        drafters = [PromptLookup(n) for n in config.prompt_lookup]
+        if config.pool is not None:
+            try:
+                drafters += load_pool_folder(config.pool, vocab_size)
+            except ValueError as err:
+                raise ValueError(f"{ENV_VAR} ({config.source}): {err}") from None
+        self.config, self.K, self.max_model_len = config, k_max, max_model_len
+        self.drafters = drafters
+        self.names = [d.name for d in drafters]
+        self.n_experts = n_experts(len(drafters), k_max) if config.cost_aware else len(drafters)
+        self._policy_spec = self._resolve_policy(config)
+        make_policy(self._policy_spec, self.n_experts)  # fail now, not at the first request
+        self.step_time = StepTimeModel()
+        self.states: dict[int, RequestState] = {}
+        self._next_uid = 0
+        self._last_call: float | None = None
+        self._trace = open(config.trace, "a") if config.trace else None  # noqa: SIM115
+
+    def _resolve_policy(self, config: ProposerConfig) -> str:
+        if not config.policy.startswith("fixed:"):
+            return config.policy
+        i = int(config.policy[6:])
+        if i >= len(self.drafters):
+            raise ValueError(f"{ENV_VAR} ({config.source}): fixed:{i} is out of range for "
+                             f"{len(self.drafters)} drafters {self.names}")
+        return f"fixed:{i * (self.K + 1) + self.K if config.cost_aware else i}"
+
+    def load_model(self, *args, **kwargs) -> None:
+        """vLLM's CPU runner calls this with the target model; nothing to load."""
+
+    # ------------------------------------------------------------------ the engine step
+    def propose(self, sampled_token_ids: list[list[int]], num_tokens_no_spec: np.ndarray,
+                token_ids_cpu: np.ndarray, slot_mappings=None) -> list[list[int]]:
+        """One engine step: feed, draft, choose, per row (see the module docstring).
+
+        Returns one draft per row (``[]``: no draft).
+        """
+        seconds = self._step_seconds()
+        rows, scheduled = [], 0
+        claimed: set[int] = set()
+        for r, sampled in enumerate(sampled_token_ids):
+            if not sampled:
+                rows.append(None)
+                continue
+            n = int(num_tokens_no_spec[r])
+            buf = np.asarray(token_ids_cpu[r, :n], dtype=np.int64)
+            st = self._match(buf, sampled, claimed)
+            scheduled += len(st.draft) + 1 if st.n_tokens else n - len(sampled)
+            claimed.add(st.uid)
+            rows.append((st, buf, sampled))
+        if seconds is not None and scheduled > 0:
+            self.step_time.observe(scheduled, seconds)
+        out = []
+        for row in rows:
+            if row is None:
+                out.append([])
+                continue
+            st, buf, sampled = row
+            if st.n_tokens and seconds is not None:
+                per_token = seconds / len(sampled)
+                st.tau = per_token if st.tau is None else 0.8 * st.tau + 0.2 * per_token
+            others = scheduled - (len(st.draft) + 1)
+            self._feed(st, buf)
+            out.append(self._draft(st, buf, max(others, 0)))
+        self._forget_idle(claimed)
+        return out
+
+    def _step_seconds(self) -> float | None:
+        now = time.perf_counter()
+        last, self._last_call = self._last_call, now
+        if last is None or now - last > IDLE_GAP_S:
+            return None
+        return now - last
+
+    def _match(self, buf: np.ndarray, sampled: list[int], claimed: set[int]) -> RequestState:
+        """The state of the request this row continues, or a new one (its first step)."""
+        for st in self.states.values():
+            if st.uid not in claimed and st.extends(buf, sampled):
+                return st
+        uid, self._next_uid = self._next_uid, self._next_uid + 1
+        st = RequestState(uid, buf[:HEAD].copy(), make_policy(self._policy_spec, self.n_experts),
+                          np.random.default_rng([self.config.seed, uid]))
+        self.states[uid] = st
+        return st
+
+    def _forget_idle(self, claimed: set[int]) -> None:
+        """Free the states of requests absent for ``idle_steps`` steps (finished ones)."""
+        for uid in list(self.states):
+            st = self.states[uid]
+            st.idle = 0 if uid in claimed else st.idle + 1
+            if st.idle > self.config.idle_steps:
+                del self.states[uid]
+
+    # ------------------------------------------------------------------ one request
+    def _feed(self, st: RequestState, buf: np.ndarray) -> None:
+        """Score every round whose K verified tokens are in ``buf`` and update the learner."""
+        K = self.K
+        while st.pending and st.pending[0].start + K <= len(buf):
+            rd = st.pending.popleft()
+            verified = buf[rd.start:rd.start + K]
+            gamma = (rd.drafts == verified[None, :]).astype(np.float64)  # point masses
+            losses = self._losses(gamma, rd.costs, st.tau)
+            st.policy.feed(rd.round_id, losses if st.policy.full_information
+                           else float(losses[rd.arm]))
+
+    def _losses(self, gamma: np.ndarray, costs: np.ndarray, tau: float | None) -> np.ndarray:
+        if not self.config.cost_aware:
+            mat = expert_losses(gamma, loss="mat").reshape(len(gamma), self.K + 1)
+            return mat[:, self.K]
+        return expert_losses(gamma, costs=np.broadcast_to(costs, (len(gamma), self.K + 1)),
+                             loss="time", tau=tau)
+
+    def _draft(self, st: RequestState, buf: np.ndarray, others: int) -> list[int]:
+        """Every drafter's draft (the round's counterfactuals); return the played expert's."""
+        K, n = self.K, len(buf)
+        drafts = np.full((len(self.drafters), K), -1, np.int64)
+        for i, d in enumerate(self.drafters):
+            toks = d.draft(buf, K)
+            drafts[i, :len(toks)] = toks
+        round_id, arm = st.policy.play(st.rng)
+        i, k = expert_of(arm, K) if self.config.cost_aware else (arm, K)
+        costs = self.step_time(others + 1 + np.arange(K + 1))
+        st.pending.append(Round(round_id, n, drafts, arm, costs))
+        k = max(0, min(k, self.max_model_len - n - 1))
+        chosen = drafts[i, :k]
+        st.draft = [int(t) for t in chosen[chosen >= 0]]
+        st.n_tokens, st.tail = n, buf[-TAIL:].copy()
+        if self._trace is not None:
+            self._write_trace(st, i, len(st.draft))
+        return st.draft
+
+    def _write_trace(self, st: RequestState, drafter: int, k: int) -> None:
+        w = np.asarray(st.policy.weights, dtype=np.float64)
+        by_drafter = w.reshape(len(self.drafters), -1).sum(axis=1)
+        self._trace.write(json.dumps({
+            "req": st.uid, "head": st.head[:8].tolist(), "n": st.n_tokens,
+            "drafter": self.names[drafter], "k": k,
+            "weights": dict(zip(self.names, np.round(by_drafter, 4).tolist(), strict=True)),
+        }) + "\n")
+        self._trace.flush()

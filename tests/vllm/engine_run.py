@@ -1,0 +1,85 @@
+"""Run one vLLM engine in a subprocess on token-id prompts; the vLLM tests' helper (not a test).
+
+``python -m tests.vllm.engine_run JOB.json OUT.json``: the job holds ``model`` (a folder),
+``prompts`` (lists of token ids), ``max_tokens``, optional ``speculative_config`` and optional
+``env`` (set before vLLM is imported, e.g. ``HEDGESPEC_VLLM_CONFIG``). The output holds the
+generated token ids per prompt, in order, and the wall time of ``generate``. One engine per
+process: vLLM's engine owns worker processes and global state, so every run starts clean.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def tiny_llama(folder: Path, vocab_size: int = 512, seed: int = 0) -> Path:
+    """Save a tiny random Llama (head_dim 64, as vLLM's CPU attention wants) to ``folder``."""
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(seed)
+    config = LlamaConfig(vocab_size=vocab_size, hidden_size=128, intermediate_size=256,
+                         num_hidden_layers=2, num_attention_heads=2, num_key_value_heads=1,
+                         max_position_embeddings=1024, bos_token_id=1, eos_token_id=2,
+                         pad_token_id=0, tie_word_embeddings=True)
+    model = LlamaForCausalLM(config).eval()
+    with torch.no_grad():  # a sharper LM head: greedy text with structure, not ties
+        model.get_output_embeddings().weight.mul_(8.0)
+    model.save_pretrained(folder)
+    return folder
+
+
+def vllm_env(extra: dict | None = None) -> dict:
+    """The environment a vLLM CPU engine runs in: Intel OpenMP preloaded, 1 GiB KV cache."""
+    env = dict(os.environ)
+    lib = Path(sys.prefix) / "lib" / "libiomp5.so"
+    if lib.exists():
+        env["LD_PRELOAD"] = str(lib)
+    env.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
+    env.setdefault("OMP_NUM_THREADS", "2")
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH")) if p)
+    env.update(extra or {})
+    return env
+
+
+def run_engine(job: dict, tmp: Path, timeout: float = 600) -> dict:
+    """Run ``job`` in a fresh interpreter; return its output (``RuntimeError`` with the log's
+    tail when the engine fails)."""
+    job_path, out_path = tmp / "job.json", tmp / "out.json"
+    job_path.write_text(json.dumps(job))
+    out_path.unlink(missing_ok=True)
+    proc = subprocess.run([sys.executable, "-m", "tests.vllm.engine_run", str(job_path),
+                           str(out_path)], cwd=ROOT, env=vllm_env(job.get("env")),
+                          capture_output=True, text=True, timeout=timeout)
+    if proc.returncode != 0 or not out_path.exists():
+        raise RuntimeError(f"engine run failed (rc {proc.returncode}):\n{proc.stderr[-6000:]}")
+    return json.loads(out_path.read_text())
+
+
+def _main(job_path: str, out_path: str) -> None:
+    from vllm import LLM, SamplingParams
+
+    job = json.loads(Path(job_path).read_text())
+    llm = LLM(model=job["model"], skip_tokenizer_init=True, enforce_eager=True,
+              dtype="float32", max_model_len=job.get("max_model_len", 512),
+              max_num_seqs=job.get("max_num_seqs", 16), seed=0,
+              speculative_config=job.get("speculative_config"))
+    params = SamplingParams(temperature=job.get("temperature", 0.0),
+                            max_tokens=job["max_tokens"], ignore_eos=True, detokenize=False)
+    start = time.perf_counter()
+    outs = llm.generate([{"prompt_token_ids": p} for p in job["prompts"]], params,
+                        use_tqdm=False)
+    seconds = time.perf_counter() - start
+    Path(out_path).write_text(json.dumps({
+        "tokens": [list(o.outputs[0].token_ids) for o in outs], "seconds": seconds}))
+
+
+if __name__ == "__main__":
+    _main(*sys.argv[1:3])

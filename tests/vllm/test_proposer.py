@@ -1,0 +1,228 @@
+"""HedgeSpecProposer against a simulated vLLM step loop (no vLLM needed; numpy + the pool's
+n-gram files). The simulation follows vLLM's contract for ``custom_class`` proposers: rows are
+condensed and reordered as requests finish and arrive, a row's buffer holds its prompt plus
+verified tokens, and ``sampled_token_ids`` are the accepted draft prefix plus the bonus token
+of a greedy target."""
+
+from __future__ import annotations
+
+import json
+import tracemalloc
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from spec_adapters.vllm.config import ProposerConfig, load_config
+from spec_adapters.vllm.drafters import CorpusNGram, PromptLookup, load_pool_folder
+from spec_adapters.vllm.proposer import HedgeSpecProposer
+
+V = 256
+
+
+def _table(seed: int) -> np.ndarray:
+    """A greedy 'target': next token = table[last token] (a random permutation: long cycles,
+    so copying from the request's own past rarely helps)."""
+    return np.random.default_rng(seed).permutation(V)
+
+
+def _generate(table: np.ndarray, prompt: list[int], n: int) -> list[int]:
+    out = list(prompt)
+    for _ in range(n):
+        out.append(int(table[out[-1]]))
+    return out[len(prompt):]
+
+
+class FakeEngine:
+    """vLLM's synchronous step loop for one proposer; rows reorder every step."""
+
+    def __init__(self, proposer, max_len: int = 512, seed: int = 0) -> None:
+        self.proposer, self.max_len = proposer, max_len
+        self.rng = np.random.default_rng(seed)
+        self.reqs: dict[str, dict] = {}
+
+    def add(self, name: str, prompt: list[int], table: np.ndarray, max_tokens: int) -> None:
+        # prefill: the first step samples one token, no draft yet
+        self.reqs[name] = {"tokens": [*prompt, int(table[prompt[-1]])], "table": table,
+                           "draft": [], "sampled": [int(table[prompt[-1]])], "left":
+                           max_tokens - 1, "prompt_len": len(prompt)}
+
+    def step(self) -> None:
+        names = [n for n, r in self.reqs.items() if r["sampled"]]
+        self.rng.shuffle(names)
+        buf = np.zeros((len(names) + 2, self.max_len), np.int32)  # spare rows, like vLLM
+        nt = np.zeros(len(names) + 2, np.int32)
+        for row, n in enumerate(names):
+            toks = self.reqs[n]["tokens"]
+            buf[row, :len(toks)], nt[row] = toks, len(toks)
+        self.last_rows = sorted(int(x) for x in nt[:len(names)])
+        drafts = self.proposer.propose([self.reqs[n]["sampled"] for n in names], nt, buf)
+        assert len(drafts) == len(names)
+        for n, d in zip(names, drafts, strict=True):
+            r = self.reqs[n]
+            accepted = []
+            for t in d:  # greedy verification of the draft
+                if r["left"] - len(accepted) <= 1 or t != r["table"][([*r["tokens"],
+                                                                        *accepted])[-1]]:
+                    break
+                accepted.append(int(t))
+            bonus = int(r["table"][([*r["tokens"], *accepted])[-1]])
+            new = [*accepted, bonus][:max(r["left"], 0)]
+            r["tokens"] += new
+            r["left"] -= len(new)
+            r["sampled"] = new if r["left"] > 0 else []
+
+    def output(self, name: str) -> list[int]:
+        r = self.reqs[name]
+        return r["tokens"][r["prompt_len"]:]
+
+
+def _ngram_file(folder: Path, name: str, docs: list[list[int]]) -> None:
+    from spec_adapters.drafters.ngram import NGramDrafter
+
+    NGramDrafter.from_corpus(docs, V, order=3, name=name).save(folder / f"ngram-{name}.npz")
+
+
+def _proposer(tmp_path: Path, **settings) -> HedgeSpecProposer:
+    cfg = ProposerConfig(**settings, source="test")
+    return HedgeSpecProposer.standalone(cfg, vocab_size=V, max_k=4, max_model_len=512)
+
+
+# ------------------------------------------------------------------------------ drafters
+def test_prompt_lookup_copies_the_most_recent_match():
+    h = np.array([5, 6, 7, 1, 5, 6, 9, 2, 5, 6])
+    assert PromptLookup(2).draft(h, 3).tolist() == [9, 2, 5]
+    assert PromptLookup(3).draft(h, 3).tolist() == []  # [2, 5, 6] never occurred before
+    with pytest.raises(ValueError, match="n-gram size"):
+        PromptLookup(0)
+
+
+def test_corpus_ngram_follows_the_longest_context_brute_force(tmp_path):
+    rng = np.random.default_rng(3)
+    docs = [rng.integers(0, 6, size=40).tolist() for _ in range(5)]
+    _ngram_file(tmp_path, "toy", docs)
+    d = CorpusNGram.load(tmp_path / "ngram-toy.npz")
+
+    def oracle_next(ctx):  # count every (context, next) pair by hand; longest context wins
+        for n in range(min(3, len(ctx)), 0, -1):
+            counts: dict[int, int] = {}
+            for doc in docs:
+                for s in range(len(doc) - n):
+                    if doc[s:s + n] == ctx[-n:]:
+                        counts[doc[s + n]] = counts.get(doc[s + n], 0) + 1
+            if counts:
+                best = max(counts.values())
+                return min(t for t, c in counts.items() if c == best)
+        return None
+
+    for _ in range(30):
+        ctx = rng.integers(0, 6, size=5).tolist()
+        want = []
+        while len(want) < 4:
+            nxt = oracle_next(ctx + want)
+            if nxt is None:
+                break
+            want.append(nxt)
+        assert d.draft(np.array(ctx), 4).tolist() == want
+
+
+def test_pool_folder_rejects_missing_folder_and_foreign_vocabulary(tmp_path):
+    with pytest.raises(ValueError, match="does not exist"):
+        load_pool_folder(tmp_path / "nope", V)
+    with pytest.raises(ValueError, match="holds no ngram"):
+        load_pool_folder(tmp_path, V)
+    _ngram_file(tmp_path, "a", [[1, 2, 3, 4]])
+    with pytest.raises(ValueError, match="vocabulary size 256, the target's is 300"):
+        load_pool_folder(tmp_path, 300)
+
+
+# ------------------------------------------------------------------------------ settings
+@pytest.mark.parametrize(("text", "match"), [
+    ("{not json", "malformed JSON"),
+    ('{"policy": "bestever"}', "unknown policy 'bestever'"),
+    ('{"pool": "/no/such/pool"}', "pool folder /no/such/pool does not exist"),
+    ('{"polcy": "hedge"}', r"unknown keys \['polcy'\]"),
+    ('{"k": 0}', "k must be an integer >= 1"),
+    ("[1, 2]", "expected a JSON object"),
+])
+def test_bad_settings_name_the_problem(tmp_path, text, match):
+    path = tmp_path / "cfg.json"
+    path.write_text(text)
+    with pytest.raises(ValueError, match=match):
+        load_config({"HEDGESPEC_VLLM_CONFIG": str(path)})
+
+
+def test_k_above_vllm_limit_and_fixed_index_out_of_range_fail_at_setup(tmp_path):
+    with pytest.raises(ValueError, match="k=6 exceeds vLLM's num_speculative_tokens=4"):
+        _proposer(tmp_path, k=6)
+    with pytest.raises(ValueError, match="fixed:9 is out of range for 4 drafters"):
+        _proposer(tmp_path, policy="fixed:9")
+
+
+# ------------------------------------------------------------------------------ the loop
+def test_outputs_equal_greedy_and_states_follow_reordered_rows(tmp_path):
+    prop = _proposer(tmp_path, idle_steps=3)
+    eng = FakeEngine(prop)
+    rng = np.random.default_rng(0)
+    tables, prompts = {}, {}
+    for j in range(10):  # staggered arrivals, different lengths: rows condense and reorder
+        name = f"r{j}"
+        tables[name] = _table(j % 3)
+        prompts[name] = rng.integers(0, V, size=int(rng.integers(4, 30))).tolist()
+        eng.add(name, prompts[name], tables[name], max_tokens=int(rng.integers(10, 60)))
+        eng.step()
+    while any(r["sampled"] for r in eng.reqs.values()):
+        eng.step()
+        # every row of the step has exactly one state, holding exactly its tokens
+        live = [st for st in prop.states.values() if st.idle == 0]
+        assert sorted(st.n_tokens for st in live) == eng.last_rows
+    for name in eng.reqs:
+        want = _generate(tables[name], prompts[name], len(eng.output(name)))
+        assert eng.output(name) == want
+    assert prop._next_uid == 10  # one state per request, never re-created mid-request
+    for _ in range(5):
+        prop.propose([], np.zeros(0, np.int32), np.zeros((0, 512), np.int32))
+    assert prop.states == {}  # finished requests are freed
+
+
+def test_requests_in_one_batch_learn_their_own_drafter(tmp_path):
+    ta, tb = _table(11), _table(12)
+    rng = np.random.default_rng(1)
+    _ngram_file(tmp_path, "a", [_generate(ta, [int(s)], 200) for s in rng.integers(0, V, 8)])
+    _ngram_file(tmp_path, "b", [_generate(tb, [int(s)], 200) for s in rng.integers(0, V, 8)])
+    trace = tmp_path / "trace.jsonl"
+    prop = _proposer(tmp_path, pool=str(tmp_path), trace=str(trace))
+    eng = FakeEngine(prop)
+    kind_of = {}
+    for j in range(6):
+        prompt = rng.integers(0, V, size=6).tolist()
+        kind_of[tuple(prompt)] = "ab"[j % 2]
+        eng.add(f"{'ab'[j % 2]}{j}", prompt, (ta, tb)[j % 2], 120)
+    while any(r["sampled"] for r in eng.reqs.values()):
+        eng.step()
+    last: dict[int, dict] = {}
+    for line in trace.read_text().splitlines():
+        rec = json.loads(line)
+        last[rec["req"]] = rec
+    assert len(last) == 6
+    for rec in last.values():
+        best = max(rec["weights"], key=rec["weights"].get)
+        assert best == f"ngram-{kind_of[tuple(rec['head'][:6])]}", rec["weights"]
+    for name, r in eng.reqs.items():
+        assert eng.output(name) == _generate(r["table"], r["tokens"][:6], 120)
+
+
+def test_memory_per_request_is_bounded(tmp_path):
+    prop = _proposer(tmp_path)
+    eng = FakeEngine(prop, max_len=2048)
+    eng.add("long", list(range(10)), _table(5), max_tokens=1500)
+    tracemalloc.start()
+    sizes = []
+    for step in range(400):
+        eng.step()
+        if step in (50, 399):
+            sizes.append(tracemalloc.get_traced_memory()[0])
+    tracemalloc.stop()
+    (st,) = prop.states.values()
+    assert len(st.pending) <= prop.K
+    assert sizes[1] - sizes[0] < 64 * 1024, sizes  # flat: no growth with the request's length
