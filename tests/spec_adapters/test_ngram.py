@@ -21,16 +21,18 @@ GREEDY = SamplingConfig(temperature=0.0)
 WARM = SamplingConfig(temperature=0.8)
 
 
-def naive_witten_bell(docs, context, V, order, base):
-    """Reference: explicit n-gram counts per document, the recursion written out."""
+def naive_witten_bell(docs, context, V, order, base, context_weight=0.0):
+    """Reference: explicit n-gram counts per document, the recursion written out; with
+    ``context_weight > 0`` the context's own n-grams count too, each ``context_weight`` times."""
+    weighted = [(d, 1.0) for d in docs] + ([(context, context_weight)] if context_weight else [])
     p = list(base)
     for n in range(1, min(order, len(context)) + 1):
         h = tuple(context[-n:])
         follow = Counter()
-        for d in docs:
+        for d, weight in weighted:
             for i in range(len(d) - n):
                 if tuple(d[i:i + n]) == h:
-                    follow[d[i + n]] += 1
+                    follow[d[i + n]] += weight
         if not follow:
             break
         C, T = sum(follow.values()), len(follow)
@@ -218,23 +220,6 @@ def test_both_drafters_keep_the_protocol(corpus):
     check_drafter_contract(PromptLookupDrafter(16), [12, 13, 14, 12, 13], 16)
 
 
-def naive_corpus_plus_context(docs, context, V, order, base, w):
-    """Reference for context_weight > 0: corpus counts + w * counts inside the context."""
-    p = list(base)
-    for n in range(1, min(order, len(context)) + 1):
-        h = tuple(context[-n:])
-        follow = Counter()
-        for d, weight in [*((d, 1.0) for d in docs), (context, w)]:
-            for i in range(len(d) - n):
-                if tuple(d[i:i + n]) == h:
-                    follow[d[i + n]] += weight
-        if not follow:
-            break
-        C, T = sum(follow.values()), len(follow)
-        p = [(follow[x] + T * p[x]) / (C + T) for x in range(V)]
-    return p
-
-
 def test_context_weight_adds_the_querys_own_ngrams(corpus):
     V, order, alpha, w = 16, 3, 0.5, 2.0
     d = NGramDrafter.from_corpus(corpus, V, order=order, alpha=alpha, context_weight=w)
@@ -243,7 +228,7 @@ def test_context_weight_adds_the_querys_own_ngrams(corpus):
     d.start(torch.tensor(ctx[:4]))
     rows = d.extend(torch.tensor(ctx[4:]))
     for j in range(len(ctx) - 4):
-        want = naive_corpus_plus_context(corpus, ctx[:4 + j], V, order, base, w)
+        want = naive_witten_bell(corpus, ctx[:4 + j], V, order, base, w)
         np.testing.assert_allclose(rows[j].exp().double().numpy(), want, rtol=1e-5, atol=1e-7)
     # pure corpus drafter: the query's repeats do not count
     plain = NGramDrafter.from_corpus(corpus, V, order=order, alpha=alpha)
