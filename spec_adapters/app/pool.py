@@ -112,6 +112,8 @@ class PoolConfig:
                 or not 0 < self.answer_weight < math.inf:
             raise ValueError("answers_per_domain >= 0, answer_tokens >= 1, answer_weight > 0 "
                              "and finite")
+        if self.router and len(self.domains) < 2:
+            raise ValueError("the router needs at least two domains")
         if self.ngram_order < 1 or self.max_train_tokens < 1 or self.eagle_steps < 0 \
                 or self.extra_shards < 0:
             raise ValueError("ngram_order and max_train_tokens must be >= 1, eagle_steps and "
@@ -240,11 +242,11 @@ def _check_entry(entry: _Entry) -> str | None:
 
 
 def _remove_entry(entry: _Entry) -> None:
-    if entry.path.is_dir():
-        shutil.rmtree(entry.path)
-    else:
-        entry.path.unlink(missing_ok=True)
-    entry.sidecar.unlink(missing_ok=True)
+    for p in (entry.path, entry.sidecar):
+        if p.is_dir() and not p.is_symlink():
+            shutil.rmtree(p)
+        else:
+            p.unlink(missing_ok=True)
 
 
 def _entries(cfg: PoolConfig, folder: Path, V: int) -> list[_Entry]:

@@ -1,0 +1,71 @@
+"""A tiny cache world for the fault tests: a target folder, three prepared domains and a pool
+with every entry kind (answers, n-gram specialists and generalist, EAGLE heads, router), built
+once as the reference that every damaged copy is compared with."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from spec_adapters.app import router as router_mod
+from spec_adapters.app.pool import PoolConfig, _entries, build_pool, pool_dir
+from spec_adapters.hf.models import load_target
+from spec_adapters.hf.target import output_vocab_size
+
+from ..spec_adapters.bench_fixtures import make_target_folder, write_domains
+
+DOMS = ("code", "math", "news")
+
+
+class KeywordEmbedder:
+    """Stand-in for MiniLM: a deterministic 8-d embedding of a text's characters."""
+
+    def __init__(self, *_a, **_k) -> None:
+        pass
+
+    def __call__(self, texts, batch_size: int = 32) -> np.ndarray:
+        out = np.zeros((len(texts), 8))
+        for i, t in enumerate(texts):
+            for j, c in enumerate(t.encode()[:64]):
+                out[i, (c + j) % 8] += 1.0
+        return out / np.maximum(np.linalg.norm(out, axis=1, keepdims=True), 1e-9)
+
+
+def config(**kw) -> PoolConfig:
+    base = {"domains": DOMS, "max_train_tokens": 1500, "answers_per_domain": 2,
+            "answer_tokens": 4, "eagle_steps": 2, "eagle_batch": 2, "eagle_seq_len": 16,
+            "eagle_draft_vocab": 32, "router": True}
+    return PoolConfig(**{**base, **kw})
+
+
+class World:
+    """``root/target`` (tiny model folder), ``root/cache`` (domains + the reference pool)."""
+
+    def __init__(self, root: Path) -> None:
+        torch.set_num_threads(1)
+        self.root = root
+        self.target = make_target_folder(root)
+        self.cache = root / "cache"
+        write_domains(self.cache, DOMS)
+        self.model, self.tok = load_target(self.target)
+        self.cfg = config()
+        build_pool(self.model, self.tok, self.cache, self.cfg, progress=False)
+        self.folder = pool_dir(self.cache, self.model, self.tok)
+        self.reference = {p.relative_to(self.folder).as_posix(): p.read_bytes()
+                          for p in self.folder.rglob("*")
+                          if p.is_file() and not p.name.startswith(".")}
+
+    def copy(self, dest: Path) -> Path:
+        """A copy of the built cache (new inodes: the fast path must re-hash); its pool folder."""
+        shutil.copytree(self.cache, dest)
+        return pool_dir(dest, self.model, self.tok)
+
+    def entries(self, folder: Path) -> dict:
+        return {e.name: e for e in _entries(self.cfg, folder, output_vocab_size(self.model))}
+
+
+def patch_router(monkeypatch) -> None:
+    monkeypatch.setattr(router_mod, "MiniLMEmbedder", KeywordEmbedder)
