@@ -36,12 +36,12 @@ import math
 import platform
 import statistics
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
 import torch
 
+from spec_adapters.app.measure import time_calls
 from spec_adapters.core.policies import make_policy
 from spec_adapters.eagle import EagleHead, EagleHeadConfig, HeadPool, TreeConfig
 from spec_adapters.eagle.tree import draft_tree, verify_tree
@@ -78,16 +78,7 @@ class Timer:
     def __call__(self, fn, after=None) -> dict:
         """One warm-up call, then ``repeats`` timed calls of ``fn``; ``after`` (untimed) runs
         after each call (e.g. to restore a cache)."""
-        times = []
-        for i in range(self.repeats + 1):
-            self.sync()
-            t = time.perf_counter()
-            fn()
-            self.sync()
-            if i:
-                times.append(1000 * (time.perf_counter() - t))
-            if after is not None:
-                after()
+        times = time_calls(fn, self.repeats, warmup=1, after=after, sync=self.sync)
         return {"median_ms": statistics.median(times), "times_ms": times}
 
 

@@ -122,7 +122,7 @@ def target_step(target, reps: int) -> float:
     tm = TargetModel(target)
     tm.prefill(torch.arange(3, 35))
     return median_ms(lambda: tm.verify(torch.tensor([5]), torch.tensor([6])), reps,
-                     setup=lambda: tm.crop(31))
+                     after=lambda: tm.crop(31))
 
 
 def main(argv=None) -> None:

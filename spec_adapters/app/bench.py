@@ -464,17 +464,19 @@ def _overheads(model, tokenizer, pool, domains, cfg: BenchConfig, out: Path) -> 
     dr.start(ids)
     res["drafter_propose_ms"] = median_ms(lambda: dr.propose(K, greedy, None))
     res["drafter_extend_ms"] = median_ms(lambda: dr.extend(drafts), 5,
-                                         setup=lambda: dr.start(ids))
+                                         after=lambda: dr.start(ids))
     for n, ds in (("pool", pool.drafters), ("pool32", _sized_pool(pool, 32))):
+        for d in ds:
+            d.start(ids)
         res[f"eval_{n}_ms"] = median_ms(lambda ds=ds: [greedy.probs(d.extend(drafts)) for d in ds],
-                                        3, setup=lambda ds=ds: [d.start(ids) for d in ds])
+                                        3, after=lambda ds=ds: [d.start(ids) for d in ds])
         res[f"eval_{n}_n"] = len(ds)
     rng = np.random.default_rng(0)
     N = len(pool.drafters)
     pol = QPMD(NormalHedge(N))
-    losses, played = iter(rng.random((50, N))), []
+    losses, played = iter(rng.random((50, N))), [pol.play(rng)[0]]
     res["learner_update_ms"] = median_ms(lambda: pol.feed(played.pop(), next(losses)), 50,
-                                         setup=lambda: played.append(pol.play(rng)[0]))
+                                         after=lambda: played.append(pol.play(rng)[0]))
     res["threads"] = torch.get_num_threads()
     f.write_text(json.dumps(res, indent=1))
     return res

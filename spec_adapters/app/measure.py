@@ -11,14 +11,15 @@ from collections.abc import Callable
 
 import numpy as np
 
-__all__ = ["PHASES", "median_ms", "run_decoder"]
+__all__ = ["PHASES", "median_ms", "run_decoder", "time_calls"]
 
 PHASES = ("prefill", "select", "draft", "verify", "eval", "update")
 
 
-def median_ms(fn: Callable[[], object], repeats: int = 7, *, warmup: int = 0,
-              setup: Callable[[], object] | None = None) -> float:
-    """Median wall time of ``fn()`` in milliseconds.
+def time_calls(fn: Callable[[], object], repeats: int = 7, *, warmup: int = 0,
+               after: Callable[[], object] | None = None,
+               sync: Callable[[], object] | None = None) -> list[float]:
+    """Wall time of each of ``repeats`` calls of ``fn``, in milliseconds.
 
     Parameters
     ----------
@@ -28,9 +29,12 @@ def median_ms(fn: Callable[[], object], repeats: int = 7, *, warmup: int = 0,
         Timed calls (>= 1).
     warmup : int
         Untimed calls of ``fn`` before the first timed one.
-    setup : callable, optional
-        Run, untimed, before every call of ``fn`` (warm-up calls included), e.g. to reset a
-        cache that ``fn`` grows.
+    after : callable, optional
+        Run, untimed, after every call of ``fn`` (warm-up calls included), e.g. to crop a
+        cache that ``fn`` grows back to where it was.
+    sync : callable, optional
+        Run before and after each call, inside the timing, e.g. ``torch.cuda.synchronize``
+        so that a call's asynchronous device work is counted.
 
     Raises
     ------
@@ -41,13 +45,22 @@ def median_ms(fn: Callable[[], object], repeats: int = 7, *, warmup: int = 0,
         raise ValueError(f"need repeats >= 1 and warmup >= 0, got {repeats} and {warmup}")
     times = []
     for i in range(warmup + repeats):
-        if setup is not None:
-            setup()
+        if sync is not None:
+            sync()
         t = time.perf_counter()
         fn()
+        if sync is not None:
+            sync()
         if i >= warmup:
-            times.append(time.perf_counter() - t)
-    return 1e3 * statistics.median(times)
+            times.append(1e3 * (time.perf_counter() - t))
+        if after is not None:
+            after()
+    return times
+
+
+def median_ms(fn: Callable[[], object], repeats: int = 7, **kwargs) -> float:
+    """The median of :func:`time_calls` (same arguments), in milliseconds."""
+    return statistics.median(time_calls(fn, repeats, **kwargs))
 
 
 def run_decoder(decoder, ids, max_new_tokens: int, temperature: float = 0.0,

@@ -166,9 +166,12 @@ def test_median_ms_times_only_fn_after_the_warmup(monkeypatch):
     monkeypatch.setattr(measure.time, "perf_counter", lambda: next(clock))
     calls = []
     ms = measure.median_ms(lambda: calls.append("fn"), 3, warmup=1,
-                           setup=lambda: calls.append("setup"))
+                           after=lambda: calls.append("after"),
+                           sync=lambda: calls.append("sync"))
     assert ms == pytest.approx(4.0)
-    assert calls == ["setup", "fn"] * 4
+    assert calls == ["sync", "fn", "sync", "after"] * 4
+    clock = iter([0.0, 0.5, 1.0, 1.25])
+    assert measure.time_calls(lambda: None, 2) == pytest.approx([500.0, 250.0])
     with pytest.raises(ValueError, match="repeats >= 1"):
         measure.median_ms(lambda: None, 0)
 
