@@ -657,6 +657,23 @@ def _save(fig, path: Path) -> Path:
     return path
 
 
+def _lines(path: Path, curves: dict, xlabel: str, ylabel: str, title: str, *,
+           log2_x: bool = False, marker: str | None = None) -> Path:
+    """One line per method (``curves``: method -> (x, y)), labelled by :data:`LABELS`."""
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(5.5, 3.6))
+    for m, (x, y) in curves.items():
+        ax.plot(x, y, marker=marker, label=LABELS.get(m, m))
+    if log2_x:
+        ax.set_xscale("log", base=2)
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.set_title(title)
+    ax.legend()
+    return _save(fig, path)
+
+
 def plot(summary: dict, records: list[dict], out: Path) -> list[Path]:
     """fig5a_regret.png, fig5b_poolsize.png, table1_heatmap.png (those with data)."""
     import matplotlib
@@ -665,28 +682,20 @@ def plot(summary: dict, records: list[dict], out: Path) -> list[Path]:
     import matplotlib.pyplot as plt
 
     written = []
-    curves = {m: c for m, c in summary.get("regret", {}).items() if c}
+    curves = {m: (np.arange(1, len(c) + 1), c) for m, c in summary.get("regret", {}).items()
+              if c}
     if curves:
-        fig, ax = plt.subplots(figsize=(5.5, 3.6))
-        for m, c in curves.items():
-            ax.plot(np.arange(1, len(c) + 1), c, label=LABELS.get(m, m))
-        ax.set_xlabel("round (mixed stream, greedy)")
-        ax.set_ylabel("cumulative regret (tokens)")
-        ax.set_title("Fig. 5a analog: regret vs hindsight-best drafter")
-        ax.legend()
-        written.append(_save(fig, out / "fig5a_regret.png"))
+        written.append(_lines(out / "fig5a_regret.png", curves, "round (mixed stream, greedy)",
+                              "cumulative regret (tokens)",
+                              "Fig. 5a analog: regret vs hindsight-best drafter"))
     ps = summary.get("poolsize") or {}
     if ps:
-        fig, ax = plt.subplots(figsize=(5.5, 3.6))
-        for m, v in ps.items():
-            ns = sorted(int(n) for n in v)
-            ax.plot(ns, [v[str(n)]["mat"] for n in ns], marker="o", label=LABELS.get(m, m))
-        ax.set_xscale("log", base=2)
-        ax.set_xlabel("pool size N")
-        ax.set_ylabel("MAT")
-        ax.set_title("Fig. 5b analog: MAT vs pool size")
-        ax.legend()
-        written.append(_save(fig, out / "fig5b_poolsize.png"))
+        sizes = {m: sorted(int(n) for n in v) for m, v in ps.items()}
+        written.append(_lines(out / "fig5b_poolsize.png",
+                              {m: (ns, [ps[m][str(n)]["mat"] for n in ns])
+                               for m, ns in sizes.items()},
+                              "pool size N", "MAT", "Fig. 5b analog: MAT vs pool size",
+                              log2_x=True, marker="o"))
     t1 = summary.get("table1") or {}
     if t1:
         names = list(t1)
