@@ -7,7 +7,8 @@ from typing import Any, Self
 
 import numpy as np
 
-from .base import Int, Learner, Real, Vector, check_losses, fields
+from .base import Int, Learner, Real, Vector, check_at_most, check_losses, fields
+from .hedge import check_cumulative_losses
 
 
 class AdaHedge(Learner):
@@ -54,11 +55,17 @@ class AdaHedge(Learner):
     """
 
     full_information = True
-    state_fields = fields(t=Int(), Delta=Real(), L=Vector(allow_inf=True))
+    state_fields = fields(t=Int(), Delta=Real(), L=Vector(nonneg=True, allow_inf=True))
 
     def __init__(self, n: int) -> None:
         super().__init__(n)
         self._log_n = math.log(self.n)
+
+    def _check_state(self, values: dict[str, Any]) -> dict[str, Any]:
+        check_cumulative_losses(values)
+        check_at_most(values["Delta"], values["t"], "state['Delta']",
+                      "Delta <= t (each round's mixability gap is at most its loss, <= 1)")
+        return values
 
     @property
     def learning_rate(self) -> float:

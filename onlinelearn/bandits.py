@@ -14,6 +14,7 @@ from .base import (
     Real,
     Vector,
     check_arm,
+    check_at_most,
     check_loss,
     fields,
     softmin_weights,
@@ -161,8 +162,8 @@ class UCB1(Learner):
     state_fields = fields(counts=Vector(nonneg=True, integer=True), rewards=Vector(nonneg=True))
 
     def _check_state(self, values: dict[str, Any]) -> dict[str, Any]:
-        if np.any(values["rewards"] > values["counts"] * (1.0 + 1e-12)):
-            raise ValueError("state needs rewards <= counts (each reward is in [0, 1])")
+        check_at_most(values["rewards"], values["counts"], "state['rewards']",
+                      "rewards_j <= counts_j (each reward is in [0, 1])")
         return values
 
     @property

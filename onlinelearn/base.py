@@ -104,6 +104,29 @@ def check_loss(loss: Any) -> float:
     return value
 
 
+# Relative slack of a float running sum of t terms, each at most b, over t b: about t eps / 2,
+# so below 1e-8 for t < 10^8 rounds.
+_SUM_ROUNDING = 1e-8
+
+
+def check_at_most(value: Any, bound: Any, label: str, rule: str) -> None:
+    """Require ``value <= bound`` (entrywise), up to the rounding of running sums.
+
+    For the constraints between statistics that every sequence of updates keeps (``rule``
+    states which and why); a snapshot that breaks one describes no history of the learner.
+
+    Raises
+    ------
+    ValueError
+        Starting with ``label``, stating ``rule`` and, for arrays, the offending indices.
+    """
+    over = np.asarray(value) > np.asarray(bound) * (1.0 + _SUM_ROUNDING)
+    if over.any():
+        bad = np.flatnonzero(over)
+        where = f" at {bad.size} indices, first {bad[:8].tolist()}" if over.ndim else ""
+        raise ValueError(f"{label} breaks {rule}{where}")
+
+
 def softmin_weights(losses: np.ndarray, eta: float = 1.0) -> np.ndarray:
     r"""Return :math:`p_i \propto \exp(-\eta L_i)`, computed as ``exp(-eta (L - min L))``.
 

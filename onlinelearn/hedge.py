@@ -7,7 +7,25 @@ from typing import Any, ClassVar, Self
 
 import numpy as np
 
-from .base import Int, Learner, OrNone, Real, Vector, check_losses, fields, softmin_weights
+from .base import (
+    Int,
+    Learner,
+    OrNone,
+    Real,
+    Vector,
+    check_at_most,
+    check_losses,
+    fields,
+    softmin_weights,
+)
+
+
+def check_cumulative_losses(values: dict[str, Any]) -> None:
+    """Require ``0 <= L_i <= t`` for the finite cumulative losses ``values['L']`` (each loss is
+    in [0, 1]; ``L >= 0`` is its kind's check); ``ValueError`` naming ``state['L']`` if not."""
+    L = values["L"]
+    check_at_most(L[np.isfinite(L)], values["t"], "state['L']",
+                  "L_i <= t (each loss is at most 1)")
 
 
 class TunedRate(Learner):
@@ -107,7 +125,11 @@ class Hedge(TunedRate):
 
     full_information = True
     horizon_c = anytime_c = 8.0
-    state_fields = fields(t=Int(), L=Vector(allow_inf=True))
+    state_fields = fields(t=Int(), L=Vector(nonneg=True, allow_inf=True))
+
+    def _check_state(self, values: dict[str, Any]) -> dict[str, Any]:
+        check_cumulative_losses(values)
+        return super()._check_state(values)
 
     @property
     def weights(self) -> np.ndarray:

@@ -15,11 +15,11 @@ from hypothesis import strategies as st
 from hypothesis import target as _target
 from hypothesis.control import currently_in_test_context
 from hypothesis.extra.numpy import arrays
-from scipy.optimize import brentq
 from scipy.special import logsumexp
 
 import onlinelearn as ol
 from onlinelearn import bounds
+from tests.onlinelearn.normalhedge_oracle import brentq_v
 
 TOL = 1e-9
 
@@ -286,10 +286,7 @@ def naive_normalhedge(losses: np.ndarray) -> np.ndarray:
         if M <= 0:
             p = np.full(n, 1.0 / n)
             continue
-        f = lambda c, Rp=Rp: logsumexp(Rp**2 / (2 * c)) - math.log(n) - 1  # noqa: E731
-        lo, hi = M**2 / (2 * (1 + math.log(n))), M**2 / 2
-        # f(hi) <= 0 <= f(lo); f(hi) is ~0 up to rounding when all positive regrets are equal
-        c = hi if lo == hi or f(hi) >= -1e-15 else brentq(f, lo, hi, xtol=1e-300, rtol=1e-15)
+        c = M**2 / (2 * brentq_v(R))
         logw = np.where(Rp > 0, np.log(np.where(Rp > 0, Rp, 1.0) / c) + Rp**2 / (2 * c), -np.inf)
         p = np.exp(logw - logw.max())
         p = p / p.sum()

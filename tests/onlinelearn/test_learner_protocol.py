@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
 
 import onlinelearn as ol
+from tests.onlinelearn.normalhedge_oracle import brentq_v
 
 FULL = {
     "Hedge_fixed": lambda n: ol.Hedge(n, eta=0.5),
@@ -106,9 +107,9 @@ def test_weights_on_simplex_with_1e4_experts_and_huge_cumulative_losses(name):
         R = scale * (rng.random(n) - 0.9) / 10
         state["R"] = R.tolist()
         if "C" in state:
-            state["C"] = (np.abs(R) + scale * rng.random(n)).tolist()
-        if "v" in state:  # the solved scale for these regrets: one update makes it consistent
-            state["v"] = 1.0
+            state["C"] = (np.abs(R) + (scale - np.abs(R)) * rng.random(n)).tolist()
+        if "v" in state:  # NormalHedge's scale is a function of R: load the consistent one
+            state["v"] = brentq_v(R)
     if "counts" in state:
         counts = rng.integers(1, 20, n)
         state["counts"] = counts.tolist()
