@@ -72,8 +72,8 @@ class ChainScheme:
         """Drafter ``i`` proposes ``K`` tokens (fewer only at the context limit)."""
         if self._synced[i] < len(q.seq):  # lazy catch-up (bandit / fixed policies)
             self._extend(i, torch.tensor(q.seq[self._synced[i]:]), len(q.seq))
-        room = self.target.max_length
-        k = self.window if room is None else max(1, min(self.window, room - len(q.seq)))
+        room = self.target.max_length  # >= len(q.seq) + 1: the loop stops at the context
+        k = self.window if room is None else min(self.window, room - len(q.seq))
         tokens, dists = self.drafters[i].propose(k, q.sampling, q.gen)
         self._check_proposal(i, k, tokens, dists)
         return tokens.to(self.target.device).long(), dists.to(self.target.device)

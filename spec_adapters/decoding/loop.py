@@ -342,6 +342,7 @@ class RoundLoop:
     # the loop
     # ------------------------------------------------------------------------------------
     def _decode(self, policy, q: Query) -> tuple[GenerateOutput, list[RoundInfo]]:
+        """Rounds until EOS or the length limit; the output and the rounds (for the oracle)."""
         start = time.perf_counter()
         full = bool(policy.full_information)  # does the policy need every drafter's loss?
         try:

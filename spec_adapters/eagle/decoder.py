@@ -85,12 +85,12 @@ class TreeScheme:
     def draft(self, i: int, q: Query) -> DraftTree:
         """Head ``i`` drafts an EAGLE-2 tree rooted at the last verified token."""
         cfg = self.tree
-        room = None if self.target.max_length is None else self.target.max_length - len(q.seq)
-        if room is not None and room < cfg.depth:
-            d = max(1, room)
+        room = self.target.max_length  # >= len(q.seq) + 1: the loop stops at the context
+        if room is not None and room - len(q.seq) < cfg.depth:
+            d = room - len(q.seq)
             cfg = TreeConfig(d, cfg.top_k, max(d, cfg.total_tokens))
         logits = self.pool.pending_logits[i]
-        if logits is None or (room is not None and room < 1):
+        if logits is None:  # a one-token prompt: no head has read a pair yet
             tree = root_only_tree(q.seq[-1])
         else:
             k, v = self.pool.cache_of(i)
