@@ -291,11 +291,13 @@ def _train_head_args(p: argparse.ArgumentParser) -> None:
     field as ``--field-name``."""
     from spec_adapters.eagle.train import TrainConfig
 
-    p.add_argument("--corpus", required=True,
+    p.add_argument("--corpus", required=True, type=file_arg,
                    help="token ids: a .npy array, a .safetensors file holding one tensor, or a "
                         "text file of integers (pickled .pt files are refused)")
-    p.add_argument("--heldout", default=None, help="held-out token ids (same formats)")
-    p.add_argument("--out", required=True, help="checkpoint / output directory (resumable)")
+    p.add_argument("--heldout", default=None, type=file_arg,
+                   help="held-out token ids (same formats)")
+    p.add_argument("--out", required=True, type=folder_arg,
+                   help="checkpoint / output directory (resumable)")
     p.add_argument("--target", default=None,
                    help="target: a local transformers model path (default: models.load_target)")
     for name, f in TrainConfig.__dataclass_fields__.items():
