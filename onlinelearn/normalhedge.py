@@ -9,7 +9,6 @@ import numpy as np
 
 from .base import Int, Learner, Real, Vector, check_at_most, check_losses, fields
 
-_POWERS = np.arange(3.0)[:, None]  # rows a^0, a^1, a^2: one matrix product gives all 3 moments
 _MAX_ITER = 100
 # A Halley step this small leaves an error below 1e-17 (see solve_normalhedge_scale), under
 # the rounding of v itself, so the step is the last one.
@@ -48,8 +47,8 @@ def solve_normalhedge_scale(R: np.ndarray, v0: float) -> tuple[float, int]:
     |e_k|^3`; at the root :math:`g' \ge (1 - 1/e) / v` (from :math:`u e^u \ge e^u - 1`), so
     the constant is below :math:`(1 + \ln N)^2 / 16`, and a step of at most ``1e-6`` (the
     last one taken) leaves an error below ``1e-17`` for any ``N < 10^5`` -- less than the
-    rounding of ``v``. Each iteration is one exponential of the ``a_i`` and one matrix
-    product for the three sums. The variable ``v`` is scale-free: :math:`1 \le e^{v a_i} \le
+    rounding of ``v``. Each iteration is one exponential of the positive ``a_i`` and one
+    matrix product for the three sums. The variable ``v`` is scale-free: :math:`1 \le e^{v a_i} \le
     e N` neither overflows nor underflows, whatever the size of the regrets.
 
     Parameters
@@ -71,16 +70,19 @@ def solve_normalhedge_scale(R: np.ndarray, v0: float) -> tuple[float, int]:
     if not m > 0.0:
         return 0.0, 0
     log_n1 = math.log(n) + 1.0
-    a = np.square(np.maximum(R, 0.0) / m)
+    a = np.square(R[R > 0.0] / m)  # the positive regrets; the others have a_i = 0
+    n_zero = n - a.size
     mu = float(a.sum()) / n
     hi = min(log_n1, 1.0 / mu)
     lo = min(max(1.0, math.log1p((math.e - 1.0) / mu)), hi)
     if lo == hi:  # a point (N = 1, or every regret equal to M > 0: mu = 1)
         return lo, 0
-    powers = a ** _POWERS
+    powers = np.empty((3, a.size))  # rows a^0, a^1, a^2: one product gives the three sums
+    powers[0], powers[1], powers[2] = 1.0, a, a * a
     v = min(max(v0, lo), hi)
     for k in range(1, _MAX_ITER + 1):
         s, s1, s2 = (powers @ np.exp(v * a)).tolist()
+        s += n_zero  # e^{v 0} = 1 for each expert without positive regret
         g = math.log(s) - log_n1
         g1 = s1 / s
         gg2 = g * (s2 / s - g1 * g1)
