@@ -8,6 +8,7 @@ found while a command runs are returned as status 2 by ``main``."""
 
 from __future__ import annotations
 
+import argparse
 import os
 import subprocess
 import sys
@@ -16,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from spec_adapters.app import domains as domains_module
-from spec_adapters.app.cli import MAX_THREADS, main
+from spec_adapters.app.cli import MAX_THREADS, build_parser, main
 from tests.spec_adapters.bench_fixtures import make_target_folder, write_domains
 
 DOMS = "code,math,news"
@@ -125,6 +126,19 @@ def test_train_head_bad_number_is_one_line(option, value, message, tiny, capsys)
     argv = ["train-head", "--corpus", str(root / "corpus.txt"), "--out", str(root / "head"),
             option, value]
     assert message in _usage_error(argv, capsys, option)
+
+
+def test_no_option_of_any_command_is_a_bare_int_or_float():
+    """Every numeric option goes through a range-checked type (argparse has no public way to
+    list a parser's options, hence ``_actions``)."""
+    parser = build_parser()
+    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    numeric = 0
+    for command, p in sub.choices.items():
+        for action in p._actions:
+            assert action.type not in (int, float), (command, action.option_strings)
+            numeric += getattr(action.type, "__name__", "") == "parse"
+    assert numeric >= 40  # the int_arg / float_arg options of the six commands
 
 
 def test_every_train_config_field_has_a_range():
