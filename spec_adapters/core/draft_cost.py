@@ -128,6 +128,7 @@ class StepCosts:
         self.target = np.full(self.k + 1, np.nan)     # T(n) at index n - 1
         self.per_token = np.full(self.n, np.nan)      # D_i(k) / k
         self.overhead = np.nan                        # O
+        self.seconds, self.tokens = 0.0, 0            # every round so far, for tau
 
     @staticmethod
     def _check_seconds(seconds: float) -> float:
@@ -162,6 +163,21 @@ class StepCosts:
         self.overhead = self._ema(self.overhead, self._check_seconds(seconds))
         return self
 
+    def observe_round(self, seconds: float, tokens: int) -> StepCosts:
+        """A whole round took ``seconds`` and produced ``tokens`` (for :attr:`time_per_token`)."""
+        s = self._check_seconds(seconds)
+        if isinstance(tokens, bool) or int(tokens) != tokens or tokens < 0:
+            raise ValueError(f"tokens must be an integer >= 0, got {tokens!r}")
+        self.seconds += s
+        self.tokens += int(tokens)
+        return self
+
+    @property
+    def time_per_token(self) -> float | None:
+        """Seconds per generated token over every observed round (``tau_hat`` of the loss);
+        ``None`` before the first token."""
+        return self.seconds / self.tokens if self.tokens else None
+
     def target_curve(self) -> np.ndarray:
         """``T(n)`` for ``n = 1 .. K + 1`` (interpolated where unmeasured; 0 if none is)."""
         known = ~np.isnan(self.target)
@@ -186,7 +202,8 @@ class StepCosts:
         def enc(a):
             return [None if np.isnan(x) else float(x) for x in np.atleast_1d(a)]
         return {"n": self.n, "k": self.k, "alpha": self.alpha, "target": enc(self.target),
-                "per_token": enc(self.per_token), "overhead": enc(self.overhead)[0]}
+                "per_token": enc(self.per_token), "overhead": enc(self.overhead)[0],
+                "seconds": self.seconds, "tokens": self.tokens}
 
 
 def expert_losses(gamma, rho=None, costs: np.ndarray | None = None, loss: str = "time",

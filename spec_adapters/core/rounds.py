@@ -71,10 +71,9 @@ class RoundTable:
         Number of drafters.
     draft_length : int
         ``K``, the window length of every round.
-    loss : {"eal", "tap"}
     corrected : bool
-        Use the corrected (unbiased) acceptance-length estimator; the decoders pass
-        ``temperature > 0``. Irrelevant for greedy decoding, where both forms coincide.
+        Windows feed the corrected (unbiased) acceptance-length estimator (the decoders pass
+        ``temperature > 0``); irrelevant for greedy decoding, where both forms coincide.
 
     Notes
     -----
@@ -84,10 +83,8 @@ class RoundTable:
     :attr:`gamma` / :attr:`rho` concatenate the whole history once, when asked.
     """
 
-    def __init__(self, n: int, draft_length: int, loss: str = "eal", corrected: bool = True):
-        if loss not in LOSSES:
-            raise ValueError(f"unknown loss {loss!r}; expected one of {LOSSES}")
-        self.n, self.k, self.loss, self.corrected = n, draft_length, loss, corrected
+    def __init__(self, n: int, draft_length: int, corrected: bool = True):
+        self.n, self.k, self.corrected = n, draft_length, corrected
         self.reset(0)
 
     def reset(self, first_position: int) -> None:
@@ -138,16 +135,17 @@ class RoundTable:
         """All recorded rho, ``(n, end - first)``."""
         return torch.cat(self._rho, 1) if self._rho else torch.zeros(self.n, 0).double()
 
-    def pop_completed(self) -> list[tuple[int, np.ndarray]]:
-        """Remove and return ``(round_id, losses)`` of every round whose window is verified."""
+    def pop_completed(self) -> list[tuple[int, torch.Tensor, torch.Tensor]]:
+        """Remove and return ``(round_id, gamma, rho)`` of every round whose window is
+        verified, ``gamma`` and ``rho`` being its ``(n, K)`` window; the paper's loss of a
+        window is :func:`window_loss` ``(gamma, rho, loss, table.corrected)``."""
         done = sorted((rid, s) for rid, s in self.open_rounds.items() if s + self.k <= self.end)
         out = []
         for rid, s in done:
             del self.open_rounds[rid]
             lo = s - self._live
-            out.append((rid, window_loss(self._live_gamma[:, lo:lo + self.k],
-                                         self._live_rho[:, lo:lo + self.k],
-                                         self.loss, self.corrected)))
+            out.append((rid, self._live_gamma[:, lo:lo + self.k],
+                        self._live_rho[:, lo:lo + self.k]))
         keep = min(self.open_rounds.values(), default=self.end)  # drop what no round reads
         if keep > self._live:
             self._live_gamma = self._live_gamma[:, keep - self._live:]

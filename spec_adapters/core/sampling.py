@@ -319,9 +319,7 @@ def _check_speculative(p, q, draft) -> int:
         raise ValueError(
             f"p must be (K+1, V) and q (K, V), got p {tuple(p.shape)}, q {tuple(q.shape)}"
         )
-    K = q.shape[0]
-    if K < 1:
-        raise ValueError(f"K (number of draft tokens) must be >= 1, got {K}")
+    K = q.shape[0]  # K = 0 (no draft, q of shape (0, V)): a plain step, the bonus token
     if p.shape != (K + 1, q.shape[1]):
         raise ValueError(
             f"p must have shape (K+1, V) = ({K + 1}, {q.shape[1]}) to match q {tuple(q.shape)}, "
@@ -364,7 +362,7 @@ def speculative_accept(
     draft: torch.Tensor,
     generator: torch.Generator | None = None,
 ) -> tuple[int, int]:
-    """Verify ``K`` drafted tokens by speculative sampling.
+    """Verify ``K >= 0`` drafted tokens by speculative sampling (``K = 0``: a plain step).
 
     For ``k = 1..K``: accept ``x_k`` with probability ``min(1, p_k(x_k) / q_k(x_k))``. At the
     first rejection, stop and sample the next token from ``max(0, p_k - q_k) / Z``. If all
@@ -397,8 +395,8 @@ def speculative_accept(
     Raises
     ------
     ValueError
-        Bad probabilities, mismatched shapes, ``K < 1``, token ids out of range, or a draft
-        with ``q = 0``.
+        Bad probabilities, mismatched shapes, token ids out of range, or a draft with
+        ``q = 0``.
 
     Notes
     -----

@@ -68,12 +68,16 @@ class ChainScheme:
             drafter.start(prompt)
         self._synced = [prompt.numel()] * len(self.drafters)
 
-    def draft(self, i: int, q: Query) -> tuple[torch.LongTensor, torch.Tensor]:
-        """Drafter ``i`` proposes ``K`` tokens (fewer only at the context limit)."""
+    def draft(self, i: int, q: Query, k: int) -> tuple[torch.LongTensor, torch.Tensor]:
+        """Drafter ``i`` proposes ``k <= K`` tokens (fewer only at the context limit); ``k = 0``
+        asks the drafter nothing (a plain target step)."""
+        if k == 0:
+            return (torch.zeros(0, dtype=torch.long, device=self.target.device),
+                    torch.zeros(0, self.target.vocab_size, device=self.target.device))
         if self._synced[i] < len(q.seq):  # lazy catch-up (bandit / fixed policies)
             self._extend(i, torch.tensor(q.seq[self._synced[i]:]), len(q.seq))
         room = self.target.max_length  # >= len(q.seq) + 1: the loop stops at the context
-        k = self.window if room is None else min(self.window, room - len(q.seq))
+        k = k if room is None else min(k, room - len(q.seq))
         tokens, dists = self.drafters[i].propose(k, q.sampling, q.gen)
         self._check_proposal(i, k, tokens, dists)
         return tokens.to(self.target.device).long(), dists.to(self.target.device)
@@ -85,7 +89,8 @@ class ChainScheme:
         p = q.sampling.probs(self.target.verify(torch.tensor([q.seq[-1]]), tokens))
         n_accepted, nxt = speculative_accept(p, dists, tokens, q.gen)
         self.target.crop(length + n_accepted)  # cache = new sequence minus its last token
-        return Verdict(n_accepted, [*tokens[:n_accepted].tolist(), int(nxt)], p[:n_accepted + 1])
+        return Verdict(n_accepted, [*tokens[:n_accepted].tolist(), int(nxt)], p[:n_accepted + 1],
+                       drafted=int(tokens.numel()))
 
     def evaluate(self, verdict: Verdict, q: Query, counterfactual: bool
                  ) -> tuple[torch.Tensor, torch.Tensor] | None:
@@ -161,6 +166,10 @@ class HedgeSpecDecoder(RoundLoop):
         :mod:`spec_adapters.core.policies` for the choice).
     carry_state : bool, default False
         Keep the learner's state across ``generate`` calls instead of resetting it per query.
+    cost_aware : bool, default False
+        Also learn the draft length: experts ``(drafter, k)``, ``k = 0 .. K``, with the
+        time-per-token loss from step costs measured online (beyond the paper; see
+        :class:`spec_adapters.decoding.loop.RoundLoop` and docs/theory.md).
 
     Notes
     -----
@@ -171,12 +180,13 @@ class HedgeSpecDecoder(RoundLoop):
     ------
     ValueError
         Empty drafter pool, the same drafter object in two slots, a drafter whose vocabulary
-        differs from the target's, ``K < 1``, unknown policy, loss or delay.
+        differs from the target's, ``K < 1``, unknown policy, loss or delay, ``cost_aware``
+        with a bandit or fixed policy.
     """
 
     def __init__(self, target, drafters, draft_length: int = 5, policy="normalhedge",
-                 loss: str = "eal", delay: str = "onarrival", carry_state: bool = False
-                 ) -> None:
+                 loss: str = "eal", delay: str = "onarrival", carry_state: bool = False,
+                 cost_aware: bool = False) -> None:
         if isinstance(draft_length, bool) or not isinstance(draft_length, int | np.integer) \
                 or draft_length < 1:
             raise ValueError(f"draft_length (K) must be an integer >= 1, got {draft_length!r}")
@@ -188,4 +198,4 @@ class HedgeSpecDecoder(RoundLoop):
         self.drafters = [as_drafter(d, i) for i, d in enumerate(drafters)]
         check_vocab(self.drafters, target.vocab_size)
         super().__init__(ChainScheme(target, self.drafters, int(draft_length)), policy=policy,
-                         loss=loss, delay=delay, carry_state=carry_state)
+                         loss=loss, delay=delay, carry_state=carry_state, cost_aware=cost_aware)

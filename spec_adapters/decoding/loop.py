@@ -2,14 +2,17 @@
 
 One round (HedgeSpec paper, Figure 1; ``docs/architecture.md``):
 
-1. **select**: the policy picks drafter ``i`` (``round_id, i = policy.play(rng)``);
-2. **draft**: the :class:`DraftScheme` drafts with ``i`` (a chain of ``K`` tokens, a tree);
+1. **select**: the policy picks drafter ``i`` (``round_id, i = policy.play(rng)``), or with
+   ``cost_aware=True`` an expert ``(i, k)``: drafter ``i`` drafting ``k = 0 .. K`` tokens
+   (:mod:`spec_adapters.core.draft_cost`; ``k = 0`` is a plain target step);
+2. **draft**: the :class:`DraftScheme` drafts with ``i`` (a chain of ``k`` tokens, a tree);
 3. **verify**: the scheme scores the draft with one target pass and its lossless acceptance
    rule; the loop cuts the new tokens after EOS or at the length limit and streams them;
 4. **evaluate**: the scheme appends the verified tokens to every drafter and returns ``gamma``
    and ``rho`` per drafter and position (only for full-information policies);
 5. **update**: rounds whose window of ``K`` positions is verified are fed their loss vector
-   (:class:`~spec_adapters.core.rounds.RoundTable`); a bandit or fixed policy is fed the
+   (:class:`~spec_adapters.core.rounds.RoundTable`; cost-aware: every ``(i, k)``'s time loss
+   from the window and the step costs measured online); a bandit or fixed policy is fed the
    chosen drafter's loss right away; rounds still open when generation stops, or when a step
    raises, are censored.
 
@@ -34,8 +37,9 @@ from typing import Any, Protocol
 import numpy as np
 import torch
 
+from spec_adapters.core.draft_cost import StepCosts, expert_losses, expert_of, n_experts
 from spec_adapters.core.policies import FixedPolicy, bandit_loss, make_policy
-from spec_adapters.core.rounds import LOSSES, RoundTable
+from spec_adapters.core.rounds import LOSSES, RoundTable, window_loss
 from spec_adapters.core.sampling import SamplingConfig
 from spec_adapters.hf.target import TargetModel
 
@@ -87,17 +91,22 @@ class RoundInfo:
         Its name (``stats["drafters"][drafter]``).
     accepted : int
         Drafts accepted by the target, ``0 .. K``.
+    drafted : int
+        Tokens drafted this round (``K``; fewer at the context limit, when the drafter
+        abstains, or when a cost-aware policy chose a shorter draft; 0 = a plain step).
     tokens : tuple of int
         The round's new verified tokens (accepted drafts plus the resampled / bonus token, cut
         after EOS or at the length limit); concatenated over rounds they are the output.
     weights : tuple of float
-        The policy's base-learner distribution before the choice (``stats["weights"]``).
+        The policy's base-learner distribution over drafters before the choice
+        (``stats["weights"]``; cost-aware: summed over each drafter's draft lengths).
     """
 
     index: int
     drafter: int
     drafter_name: str
     accepted: int
+    drafted: int
     tokens: tuple[int, ...]
     weights: tuple[float, ...]
 
@@ -117,17 +126,20 @@ class Verdict:
     features : torch.Tensor or None
         ``(len(tokens), F*H)`` target features at those positions when the scheme's drafters
         read them (EAGLE heads), else ``None``.
+    drafted : int or None
+        Tokens (nodes) the target verified beside the last one; ``None``: the round's ``k``.
     """
 
     accepted: int
     tokens: list[int]
     p: torch.Tensor
     features: torch.Tensor | None = None
+    drafted: int | None = None
 
     def head(self, m: int) -> Verdict:
         """The first ``m`` tokens (the loop's EOS / length cut), rows of ``p`` and features."""
         feats = None if self.features is None else self.features[:m]
-        return Verdict(self.accepted, self.tokens[:m], self.p[:m], feats)
+        return Verdict(self.accepted, self.tokens[:m], self.p[:m], feats, self.drafted)
 
 
 @dataclass
@@ -149,15 +161,18 @@ class Query:
     rounds: list[RoundInfo] = field(default_factory=list)
     losses: list[tuple[int, list[float]]] = field(default_factory=list)
     seconds: dict[str, float] = field(default_factory=lambda: dict.fromkeys(STEPS, 0.0))
+    last: dict[str, float] = field(default_factory=lambda: dict.fromkeys(STEPS, 0.0))
 
     @contextmanager
     def clock(self, step: str) -> Iterator[None]:
-        """Add the wall time of the ``with`` body to ``seconds[step]``."""
+        """Add the wall time of the ``with`` body to ``seconds[step]`` (``last[step]``: this
+        round's)."""
         t = time.perf_counter()
         try:
             yield
         finally:
-            self.seconds[step] += time.perf_counter() - t
+            self.last[step] = time.perf_counter() - t
+            self.seconds[step] += self.last[step]
 
 
 class DraftScheme(Protocol):
@@ -180,8 +195,9 @@ class DraftScheme(Protocol):
     def start(self, prompt: torch.LongTensor) -> None:
         """A new query: prefill the target and every drafter with the 1-D prompt."""
 
-    def draft(self, i: int, q: Query) -> Any:
-        """Drafter ``i`` drafts from ``q.seq`` (no deeper than the target's context allows)."""
+    def draft(self, i: int, q: Query, k: int) -> Any:
+        """Drafter ``i`` drafts up to ``k <= window`` tokens (a tree: up to depth ``k``) from
+        ``q.seq``, no deeper than the target's context allows; ``k = 0``: no draft."""
 
     def verify(self, draft: Any, q: Query) -> Verdict:
         """One target pass over ``draft`` and the acceptance rule; the target's cache keeps
@@ -257,17 +273,37 @@ class RoundLoop:
         Delayed-feedback reduction around full-information learners.
     carry_state : bool, default False
         Keep the learner's state across ``generate`` calls instead of resetting it per query.
+    cost_aware : bool, default False
+        Learn the draft length too: the experts are ``(drafter, k)``, ``k = 0 .. K``, with the
+        time-per-token loss of :mod:`spec_adapters.core.draft_cost` from step costs measured
+        online (kept across ``generate`` calls in :attr:`costs`). Needs a full-information
+        policy; ``False`` is the paper's acceptance-only loss (``loss``) with ``k = K``.
+
+    Raises
+    ------
+    ValueError
+        Unknown loss, policy or delay; ``cost_aware`` with a bandit or fixed policy.
     """
 
     def __init__(self, scheme: DraftScheme, policy="normalhedge", loss: str = "eal",
-                 delay: str = "onarrival", carry_state: bool = False) -> None:
+                 delay: str = "onarrival", carry_state: bool = False,
+                 cost_aware: bool = False) -> None:
         if loss not in LOSSES:
             raise ValueError(f"unknown loss {loss!r}; expected one of {LOSSES}")
+        if not isinstance(cost_aware, bool):
+            raise ValueError(f"cost_aware must be True or False, got {cost_aware!r}")
         self.scheme, self.target = scheme, scheme.target
         self.k, self.loss, self.carry_state = scheme.window, loss, carry_state
+        self.cost_aware = cost_aware
         self.oracle = isinstance(policy, str) and policy.strip().lower() == "oracle"
         self.policy_name = policy if isinstance(policy, str) else type(policy).__name__
-        self.policy = None if self.oracle else make_policy(policy, len(scheme.names), delay)
+        n = len(scheme.names)
+        arms = n_experts(n, self.k) if cost_aware and not self.oracle else n
+        self.policy = None if self.oracle else make_policy(policy, arms, delay)
+        if cost_aware and self.policy is not None and not self.policy.full_information:
+            raise ValueError(f"cost_aware=True needs a full-information policy (normalhedge, "
+                             f"hedge, adahedge), got {self.policy_name!r}")
+        self.costs = StepCosts(n, self.k) if cost_aware else None
 
     # ------------------------------------------------------------------------------------
     # public API
@@ -316,8 +352,7 @@ class RoundLoop:
             limit = min(limit, self.target.max_length)
 
         def query(streamer, on_round) -> Query:
-            table = RoundTable(len(self.scheme.names), self.k, self.loss,
-                               corrected=not sampling.greedy)
+            table = RoundTable(len(self.scheme.names), self.k, corrected=not sampling.greedy)
             table.reset(prompt.numel())
             gen = torch.Generator(device=self.target.device)
             if seed is None:
@@ -350,16 +385,16 @@ class RoundLoop:
                 self._start(q)
             while not q.done:
                 with q.clock("select"):
-                    round_id, i, weights = self._select(policy, full, q)            # 1.
+                    round_id, i, k, weights = self._select(policy, full, q)         # 1.
                 with q.clock("draft"):
-                    draft = self.scheme.draft(i, q)                                   # 2.
+                    draft = self.scheme.draft(i, q, k)                                # 2.
                 with q.clock("verify"):
                     verdict = self._commit(self.scheme.verify(draft, q), q)           # 3.
                 with q.clock("eval"):
                     stats = self.scheme.evaluate(verdict, q, full)                    # 4.
                 with q.clock("update"):
                     self._update(policy, full, round_id, verdict.accepted, stats, q)  # 5.
-                self._report(i, verdict, weights, q)
+                self._report(i, k, verdict, weights, q)
         finally:  # normal end or a step raised: no round of this call stays open
             with q.clock("update"):
                 censored = self._close(policy, q)
@@ -374,14 +409,21 @@ class RoundLoop:
         if q.streamer is not None:
             q.streamer.put(prompt.view(1, -1))
 
-    def _select(self, policy, full: bool, q: Query) -> tuple[int, int, tuple[float, ...]]:
-        """Step 1: the policy picks a drafter; the round drafts positions len(seq)..+K-1."""
-        weights = tuple(np.asarray(_learner_weights(policy), dtype=float).tolist())
-        round_id, i = policy.play(q.rng)
+    def _select(self, policy, full: bool, q: Query
+                ) -> tuple[int, int, int, tuple[float, ...]]:
+        """Step 1: the policy picks a drafter and a draft length (``K`` unless cost-aware);
+        the round's window is positions len(seq)..+K-1."""
+        weights = np.asarray(_learner_weights(policy), dtype=float)
+        round_id, e = policy.play(q.rng)
         q.played.append(round_id)
         if full:
             q.table.open(round_id, len(q.seq))
-        return round_id, int(i), weights
+        if self.cost_aware and not isinstance(policy, FixedPolicy):
+            i, k = expert_of(e, self.k)
+            weights = weights.reshape(-1, self.k + 1).sum(1)
+        else:
+            i, k = int(e), self.k
+        return round_id, i, k, tuple(weights.tolist())
 
     @staticmethod
     def _commit(verdict: Verdict, q: Query) -> Verdict:
@@ -403,14 +445,32 @@ class RoundLoop:
             policy.feed(round_id, bandit_loss(accepted, self.k))
             return
         q.table.record(*stats)
-        for rid, losses in q.table.pop_completed():
+        for rid, gamma, rho in q.table.pop_completed():
+            losses = self._window_losses(gamma, rho, q)
             policy.feed(rid, losses)
             q.losses.append((rid, losses.tolist()))
 
-    def _report(self, i: int, verdict: Verdict, weights: tuple[float, ...], q: Query) -> None:
+    def _window_losses(self, gamma: torch.Tensor, rho: torch.Tensor, q: Query) -> np.ndarray:
+        """One loss per expert from a complete ``(N, K)`` window: per drafter (the paper's
+        ``loss``) or, cost-aware, per ``(drafter, k)`` (time per token, Dinkelbach-linearised
+        around the time per token achieved so far)."""
+        if not self.cost_aware:
+            return window_loss(gamma, rho, self.loss, q.table.corrected)
+        return expert_losses(gamma.numpy(), rho.numpy() if q.table.corrected else None,
+                             self.costs.round_costs(), "time", tau=self.costs.time_per_token)
+
+    def _report(self, i: int, k: int, verdict: Verdict, weights: tuple[float, ...], q: Query
+                ) -> None:
+        drafted = k if verdict.drafted is None else int(verdict.drafted)
+        if self.costs is not None:  # what this round cost, for the next losses
+            self.costs.observe_target(drafted + 1, q.last["verify"])
+            if drafted:
+                self.costs.observe_draft(i, drafted, q.last["draft"])
+            self.costs.observe_overhead(q.last["select"] + q.last["eval"] + q.last["update"])
+            self.costs.observe_round(sum(q.last[s] for s in STEPS[1:]), len(verdict.tokens))
         info = RoundInfo(index=len(q.rounds), drafter=i, drafter_name=self.scheme.names[i],
-                         accepted=int(verdict.accepted), tokens=tuple(verdict.tokens),
-                         weights=weights)
+                         accepted=int(verdict.accepted), drafted=drafted,
+                         tokens=tuple(verdict.tokens), weights=weights)
         q.rounds.append(info)
         if q.on_round is not None:
             q.on_round(info)
@@ -437,6 +497,7 @@ class RoundLoop:
             "mean_accepted_tokens": new_tokens / calls if calls else 0.0,
             "chosen": [r.drafter for r in q.rounds],
             "accepted": [r.accepted for r in q.rounds],
+            "drafted": [r.drafted for r in q.rounds],
             "weights": [list(r.weights) for r in q.rounds],
             "losses": q.losses,
             "censored": len(censored),
@@ -447,6 +508,8 @@ class RoundLoop:
             "policy": self.policy_name,
             "drafters": list(self.scheme.names),
             "draft_length": self.k,
+            "cost_aware": self.cost_aware,
+            **({"step_costs": self.costs.state_dict()} if self.costs is not None else {}),
             **self.scheme.stats(),
         }
         return GenerateOutput(sequences=torch.tensor([q.seq], dtype=torch.long), stats=stats)

@@ -82,8 +82,9 @@ class TreeScheme:
             self.pool.extend(features, prompt[1:])
         self._sizes = []
 
-    def draft(self, i: int, q: Query) -> DraftTree:
-        """Head ``i`` drafts an EAGLE-2 tree rooted at the last verified token."""
+    def draft(self, i: int, q: Query, k: int) -> DraftTree:
+        """Head ``i`` drafts an EAGLE-2 tree rooted at the last verified token (the tree
+        decoder is not cost-aware: ``k`` is always the tree's depth)."""
         cfg = self.tree
         room = self.target.max_length  # >= len(q.seq) + 1: the loop stops at the context
         if room is not None and room - len(q.seq) < cfg.depth:

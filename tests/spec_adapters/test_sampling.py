@@ -243,12 +243,20 @@ def test_identical_p_q_accepts_everything():
     assert sum(v for (n, _), v in dist.items() if n == 3) == pytest.approx(1.0, abs=1e-15)
 
 
+def test_no_draft_is_a_plain_step_from_p():
+    """K = 0 (an abstaining drafter, a cost-aware k = 0): the token is drawn from p[0]."""
+    p = torch.tensor([[0.1, 0.6, 0.3]], dtype=F64)
+    dist = speculative_accept_distribution(p, p[:0], torch.zeros(0, dtype=torch.long))
+    assert dist == pytest.approx({(0, 0): 0.1, (0, 1): 0.6, (0, 2): 0.3}, abs=1e-15)
+    g = torch.Generator().manual_seed(0)
+    assert speculative_accept(p, p[:0], torch.zeros(0, dtype=torch.long), g)[0] == 0
+
+
 @pytest.mark.parametrize(
     ("p_shape", "q_shape", "draft", "word"),
     [
         ((3, 4), (2, 5), [0, 1], "shape"),
         ((2, 4), (2, 4), [0, 1], "K\\+1"),
-        ((1, 4), (0, 4), [], "K"),
         ((3, 4), (2, 4), [0], "draft"),
         ((3, 4), (2, 4), [0, 9], "outside"),
     ],

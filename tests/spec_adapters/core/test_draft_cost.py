@@ -116,3 +116,13 @@ def test_expert_losses_reject_bad_input(kwargs, match):
     args.update(kwargs)
     with pytest.raises(ValueError, match=match):
         expert_losses(**args)
+
+
+def test_time_per_token_accumulates_rounds():
+    c = StepCosts(1, 2)
+    assert c.time_per_token is None
+    c.observe_round(0.3, 2).observe_round(0.1, 2)
+    assert c.time_per_token == pytest.approx(0.1)
+    with pytest.raises(ValueError, match="tokens must be an integer"):
+        c.observe_round(0.1, -1)
+    assert c.state_dict()["tokens"] == 4

@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from spec_adapters.core import estimators
-from spec_adapters.core.rounds import RoundTable
+from spec_adapters.core.rounds import RoundTable, window_loss
 
 
 def _naive_loss(gamma, rho, loss, corrected):
@@ -33,7 +33,7 @@ def _naive_loss(gamma, rho, loss, corrected):
 def test_window_losses_equal_a_naive_recomputation(k, chunks, loss, corrected, seed):
     n, first = 3, 7
     g = torch.Generator().manual_seed(seed)
-    table = RoundTable(n, k, loss, corrected)
+    table = RoundTable(n, k, corrected)
     table.reset(first)
     gammas, rhos, starts, got = [], [], {}, {}
     pos = first
@@ -45,7 +45,8 @@ def test_window_losses_equal_a_naive_recomputation(k, chunks, loss, corrected, s
         rhos.append(rho)
         table.record(gamma, rho)
         pos += m
-        got.update(table.pop_completed())
+        got.update((rid, window_loss(g_, r_, loss, corrected))
+                   for rid, g_, r_ in table.pop_completed())
     full_g, full_r = torch.cat(gammas, 1), torch.cat(rhos, 1)
     torch.testing.assert_close(table.gamma, full_g, rtol=0, atol=0)
     torch.testing.assert_close(table.rho, full_r, rtol=0, atol=0)
@@ -66,11 +67,11 @@ def test_naive_loss_is_the_corrected_estimator_by_hand():
 
 
 def test_a_round_before_the_kept_positions_is_refused():
-    table = RoundTable(2, 2, "eal", True)
+    table = RoundTable(2, 2, True)
     table.reset(0)
     table.open(0, 0)
     table.record(torch.ones(2, 3).double(), torch.ones(2, 3).double())
-    assert [rid for rid, _ in table.pop_completed()] == [0]
+    assert [rid for rid, _, _ in table.pop_completed()] == [0]
     with pytest.raises(ValueError, match="before the first position still kept"):
         table.open(1, 1)  # positions 0..2 were dropped with round 0
     table.open(1, 3)
