@@ -36,7 +36,7 @@ from pathlib import Path
 
 import torch
 
-from .head import EagleHead, EagleHeadConfig, _target_name, target_fingerprint
+from .target_info import target_fingerprint, target_name
 
 __all__ = ["ARCHITECTURE", "load_eagle3", "save_eagle3"]
 
@@ -76,8 +76,9 @@ def eagle3_feature_layers(config: dict, num_target_layers: int) -> tuple[int, ..
     return tuple(layers)
 
 
-def _config(cfg: dict, target) -> EagleHeadConfig:
-    """Validate an EAGLE-3 ``config.json`` against ``target`` -> :class:`EagleHeadConfig`."""
+def _config(cfg: dict, target, config_class: type):
+    """Validate an EAGLE-3 ``config.json`` against ``target`` -> a ``config_class``
+    (:class:`~spec_adapters.eagle.head.EagleHeadConfig`)."""
     if ARCHITECTURE not in (cfg.get("architectures") or ()):
         raise ValueError(f"not an EAGLE-3 checkpoint: architectures "
                          f"{cfg.get('architectures')} lack {ARCHITECTURE!r}")
@@ -110,7 +111,7 @@ def _config(cfg: dict, target) -> EagleHeadConfig:
     if problems:
         raise ValueError("this EAGLE-3 head was trained for another target: "
                          + "; ".join(problems))
-    return EagleHeadConfig(
+    return config_class(
         target_vocab_size=V,
         hidden_size=H,
         target_num_layers=int(c.num_hidden_layers),
@@ -125,7 +126,7 @@ def _config(cfg: dict, target) -> EagleHeadConfig:
         rope_scaling=cfg.get("rope_scaling"),
         fc_norm=bool(cfg.get("fc_norm", False)),
         norm_output=bool(cfg.get("norm_output", False)),
-        target_name=_target_name(target),
+        target_name=target_name(target),
         target_fingerprint=target_fingerprint(target),
         extra={"format": "eagle3"},
     )
@@ -162,13 +163,16 @@ def _check_embeddings(table: torch.Tensor, target) -> None:
                          "embeddings, which this head does not support")
 
 
-def load_eagle3(path: str | os.PathLike, target) -> EagleHead:
+def load_eagle3(path: str | os.PathLike, target, head_class: type) -> torch.nn.Module:
     """Load a published-format EAGLE-3 head for ``target``, bound to it.
 
     Parameters
     ----------
     path : folder with ``config.json`` and the weights (see the module docstring).
     target : transformers causal LM the head was trained for.
+    head_class : type
+        :class:`~spec_adapters.eagle.head.EagleHead` (passed in by
+        ``EagleHead.from_eagle3``, so this module does not import the head module).
 
     Returns
     -------
@@ -186,7 +190,8 @@ def load_eagle3(path: str | os.PathLike, target) -> EagleHead:
     path = Path(path)
     if not (path / CONFIG_FILE).is_file():
         raise ValueError(f"{path} has no {CONFIG_FILE}: not an EAGLE-3 checkpoint")
-    cfg = _config(json.loads((path / CONFIG_FILE).read_text()), target)
+    cfg = _config(json.loads((path / CONFIG_FILE).read_text()), target,
+                  head_class.config_class)
     state = _read_weights(path)
     if "embed_tokens.weight" in state:
         _check_embeddings(state.pop("embed_tokens.weight"), target)
@@ -197,7 +202,7 @@ def load_eagle3(path: str | os.PathLike, target) -> EagleHead:
     if offsets is not None and offsets.numel() != Vd:
         raise ValueError(f"d2t has {offsets.numel()} entries, draft_vocab_size is {Vd}")
     d2t = torch.arange(Vd) + (0 if offsets is None else offsets.long().view(-1))
-    head = EagleHead(cfg, d2t=d2t)  # checks d2t: distinct target ids in range
+    head = head_class(cfg, d2t=d2t)  # checks d2t: distinct target ids in range
     t2d = state.pop("t2d", None)
     if t2d is not None:
         want = torch.zeros(V, dtype=torch.bool)
@@ -230,7 +235,7 @@ def load_eagle3(path: str | os.PathLike, target) -> EagleHead:
     return head.to(device=p.device, dtype=p.dtype).eval().bind(target)
 
 
-def save_eagle3(head: EagleHead, path: str | os.PathLike) -> None:
+def save_eagle3(head: torch.nn.Module, path: str | os.PathLike) -> None:
     """Write ``head`` as a published-format EAGLE-3 checkpoint (``config.json`` +
     ``model.safetensors``, no ``embed_tokens``), loadable by EAGLE, SpecForge, vLLM, SGLang
     and :func:`load_eagle3` (exactly: same weights, same outputs).

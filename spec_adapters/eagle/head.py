@@ -37,7 +37,6 @@ head): :meth:`EagleHead.bind` attaches it and checks that the head was trained f
 
 from __future__ import annotations
 
-import hashlib
 import json
 import math
 import os
@@ -47,6 +46,10 @@ from pathlib import Path
 import torch
 import torch.nn.functional as fn
 from torch import nn
+
+from .target_info import short_name as _short_name
+from .target_info import target_fingerprint
+from .target_info import target_name as _target_name
 
 __all__ = ["FORMAT_VERSION", "EagleHead", "EagleHeadConfig", "build_draft_vocab",
            "default_feature_layers", "rope_inv_freq", "target_fingerprint",
@@ -70,27 +73,6 @@ def default_feature_layers(num_hidden_layers: int) -> tuple[int, ...]:
     L = int(num_hidden_layers)
     picks = (min(2, L), max(1, L // 2), max(1, L - 3))
     return tuple(sorted(set(picks)))
-
-
-def target_fingerprint(target) -> str:
-    """A short hash of the target's input embedding table (rounded to 1e-3), so a head cannot
-    be bound to a different model that happens to share the architecture."""
-    w = target.get_input_embeddings().weight.detach()
-    rows = w[: min(64, w.shape[0])].double().cpu()
-    q = torch.round(rows * 1000).to(torch.int64).numpy().tobytes()
-    return hashlib.sha256(q).hexdigest()[:16]
-
-
-def _target_name(target) -> str:
-    """The target's name: the last component of ``name_or_path`` (a hub id's model name or a
-    local folder's name), so a head does not depend on where the target is stored."""
-    name = str(getattr(target.config, "_name_or_path", "") or getattr(target, "name_or_path", "")
-               or "")
-    return _short_name(name)
-
-
-def _short_name(name: str) -> str:
-    return name.replace("\\", "/").rstrip("/").split("/")[-1]
 
 
 def target_hidden_features(hidden_states, feature_layers) -> torch.Tensor:
@@ -312,6 +294,8 @@ class EagleHead(nn.Module):
     frequencies stay float32 whatever ``.to(dtype)`` is applied (see :meth:`_apply`).
     """
 
+    config_class = EagleHeadConfig  # what eagle3.load_eagle3 builds the config as
+
     def __init__(self, config: EagleHeadConfig, d2t: torch.Tensor | None = None):
         super().__init__()
         self.config = c = config
@@ -478,7 +462,7 @@ class EagleHead(nn.Module):
         ``target``; see :func:`spec_adapters.eagle.eagle3.load_eagle3`."""
         from .eagle3 import load_eagle3
 
-        return load_eagle3(path, target)
+        return load_eagle3(path, target, cls)
 
     def save_eagle3(self, path: str | os.PathLike) -> None:
         """Write this head as a published-format EAGLE-3 checkpoint; see
