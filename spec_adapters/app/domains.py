@@ -761,7 +761,7 @@ def chat_ids(tokenizer, prompt: str, system: str | None = None):
 
 def main(argv: Sequence[str] | None = None) -> int:
     """``python -m spec_adapters.app.domains [--cache-dir .cache] [--domains a,b] ...``"""
-    from spec_adapters.app.cli import OneLineParser, folder_arg, int_arg
+    from spec_adapters.app.args import OneLineParser, folder_arg, int_arg
 
     p = OneLineParser(prog="python -m spec_adapters.app.domains",
                       description="Fetch and prepare the domain corpora (idempotent).")

@@ -1,0 +1,81 @@
+"""argparse types shared by the command lines: each rejects a bad value with one line that
+names the allowed range (``hedgespec``, ``python -m spec_adapters.app.domains``)."""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+from collections.abc import Callable
+from pathlib import Path
+from typing import NoReturn
+
+__all__ = ["OneLineParser", "file_arg", "float_arg", "folder_arg", "int_arg"]
+
+
+# ------------------------------------------------------------------------------------------
+class OneLineParser(argparse.ArgumentParser):
+    """An ``ArgumentParser`` whose usage errors are one line (the usage is in ``--help``)."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
+def _range_text(lo: float, hi: float | None, lo_open: bool = False) -> str:
+    low = f"> {lo}" if lo_open else f">= {lo}"
+    return low if hi is None else f"in {'(' if lo_open else '['}{lo}, {hi}]"
+
+
+def int_arg(lo: int, hi: int | None = None) -> Callable[[str], int]:
+    """An argparse ``type``: an integer in ``[lo, hi]`` (no upper bound when ``hi`` is None)."""
+    def parse(text: str) -> int:
+        try:
+            v = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
+        if v < lo or (hi is not None and v > hi):
+            raise argparse.ArgumentTypeError(f"must be an integer {_range_text(lo, hi)}, got "
+                                             f"{text}")
+        return v
+
+    return parse
+
+
+def float_arg(lo: float, hi: float | None = None, lo_open: bool = False
+              ) -> Callable[[str], float]:
+    """An argparse ``type``: a finite number ``>= lo`` (``> lo`` if ``lo_open``), ``<= hi``."""
+    def parse(text: str) -> float:
+        try:
+            v = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+        if not (math.isfinite(v) and (v > lo if lo_open else v >= lo)
+                and (hi is None or v <= hi)):
+            raise argparse.ArgumentTypeError(
+                f"must be a finite number {_range_text(lo, hi, lo_open)}, got {text}")
+        return v
+
+    return parse
+
+
+def folder_arg(text: str) -> str:
+    """An argparse ``type``: a folder that exists or can be created (no file in the way)."""
+    path = Path(text).expanduser()
+    if path.exists() and not path.is_dir():
+        raise argparse.ArgumentTypeError(f"{text!r} is a file, not a folder")
+    parent = path
+    while not parent.exists():
+        parent = parent.parent
+    if not parent.is_dir():
+        raise argparse.ArgumentTypeError(f"cannot create {text!r}: {str(parent)!r} is a file")
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise argparse.ArgumentTypeError(f"{str(parent)!r} is not writable")
+    return text
+
+
+def file_arg(text: str) -> str:
+    """An argparse ``type``: an existing file."""
+    if not Path(text).expanduser().is_file():
+        raise argparse.ArgumentTypeError(f"{text!r} is not a file" if Path(text).exists()
+                                         else f"{text!r} does not exist")
+    return text
