@@ -12,14 +12,30 @@ import pytest
 from onlinelearn import bench
 
 
-def test_bench_reports_a_positive_time_for_every_learner_and_size():
-    results = bench.run(sizes=(2, 8), steps=3, repeats=2)
-    assert set(results) == set(bench.LEARNERS)
-    assert all(set(row) == {2, 8} and all(us > 0 for us in row.values())
-               for row in results.values())
+def test_bench_reports_the_timer_in_microseconds_for_every_learner_and_size():
+    calls = []
+
+    def timer(factory, n, steps, repeats):
+        calls.append((factory, n, steps, repeats))
+        return n * 1e-6  # seconds per update
+
+    results = bench.run(sizes=(2, 8), steps=3, repeats=2, timer=timer)
+    assert results == {name: {2: pytest.approx(2.0), 8: pytest.approx(8.0)}
+                       for name in bench.LEARNERS}
+    assert sorted((n, s, r) for _, n, s, r in calls) == sorted(
+        [(2, 3, 2), (8, 3, 2)] * len(bench.LEARNERS))
     table = bench.format_table(results)
     assert table.splitlines()[0] == "| learner | n=2 | n=8 |"
     assert len(table.splitlines()) == 2 + len(bench.LEARNERS)
+    assert table.splitlines()[2].endswith("| 2.0 | 8.0 |")
+
+
+@pytest.mark.parametrize("name", ["hedge", "exp3"])
+def test_time_updates_is_the_median_block_time_per_update(monkeypatch, name):
+    clock = iter(np.arange(0.0, 100.0, 0.5))  # each process_time() call advances 0.5 s
+    monkeypatch.setattr(bench.time, "process_time", lambda: float(next(clock)))
+    factory = next(f for k, f in bench.LEARNERS.items() if k.lower().startswith(name))
+    assert bench.time_updates(factory, 4, steps=5, repeats=3) == pytest.approx(0.5 / 5)
 
 
 def test_bench_main_prints_json(capsys):
