@@ -1,4 +1,4 @@
-"""Drafter-selection policies for the decoders: HedgeSpec, EXP3Spec, UCBSpec, fixed.
+"""Drafter-selection policies for the decoders: HedgeSpec, EXP3Spec, UCBSpec, MetaSD-UCB, fixed.
 
 A policy is an :mod:`onlinelearn.delayed` ``DelayedLearner`` (or :class:`FixedPolicy`, which
 has the same verbs): ``play(rng) -> (round_id, arm)``, ``feed(round_id, feedback)``,
@@ -20,6 +20,15 @@ has the same verbs): ``play(rng) -> (round_id, arm)``, ``feed(round_id, feedback
   the same quantity by ``L p_i``, which ``onlinelearn.bandits.Exp3`` does itself); UCBSpec's
   "mean(Y) + radius" is UCB1 on that loss. There is no delay, so the wrapper is ``OnArrival``,
   which with zero delay reproduces the base learner exactly.
+- **MetaSD-UCB** (``"metasd-ucb"``; Kim et al., "Multi-Drafter Speculative Decoding with
+  Alignment Feedback", arXiv 2604.05417): UCB1 over drafters whose feedback is the chosen
+  drafter's *block divergence*, the mean over its drafted block of ``1 - TV(p_j, q_j) =
+  sum_x min(p_j, q_j) = gamma_j`` (Theorem 1), each ``p_j`` the target's distribution given
+  the prefix and the drafts before ``j`` (all ``K`` rows of the verification pass, past the
+  first rejection too). The loss fed right after verification is :func:`block_loss`
+  ``= 1 - mean_j gamma_j`` in [0, 1]. :func:`feedback_of` tells the decoder that this policy
+  wants the block's gamma (only the single-draft scheme computes it) rather than the accepted
+  length.
 - **fixed:<i>**: always drafter ``i``. It learns nothing, so it is not full-information: the
   decoders skip counterfactual evaluation for it and feed it the bandit loss (ignored).
 
@@ -32,17 +41,47 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["POLICY_NAMES", "FixedPolicy", "bandit_loss", "make_policy"]
+__all__ = ["FEEDBACKS", "POLICY_NAMES", "FixedPolicy", "bandit_loss", "block_loss",
+           "feedback_of", "make_policy"]
 
-POLICY_NAMES = ("normalhedge", "hedge", "adahedge", "exp3spec", "ucbspec", "fixed:<i>",
-                "oracle")
+POLICY_NAMES = ("normalhedge", "hedge", "adahedge", "exp3spec", "ucbspec", "metasd-ucb",
+                "fixed:<i>", "oracle")
 DELAYS = ("onarrival", "qpmd", "bold")
+# what a bandit (or fixed) policy is fed: the accepted length, or the block's mean gamma
+FEEDBACKS = ("accepted", "block_gamma")
+_BLOCK_GAMMA_POLICIES = ("metasd-ucb",)
 
 
 def bandit_loss(n_accepted: int, k: int) -> float:
     """BanditSpec's loss for the chosen drafter: ``(K + 1 - Y) / K`` with ``Y = n_accepted + 1``
     tokens produced by the round, so 0 when all ``K`` drafts are accepted, 1 when none is."""
     return (k - n_accepted) / k
+
+
+def block_loss(block_gamma: float) -> float:
+    """MetaSD-UCB's loss for the chosen drafter: ``1 - mean_j gamma_j`` over its drafted block,
+    the block's mean total-variation distance ``mean_j TV(p_j, q_j)`` (0 when the drafter's
+    ``q`` equals the target's ``p`` at every drafted position, 1 when it has no overlap).
+
+    Raises
+    ------
+    ValueError
+        ``block_gamma`` not a finite number in ``[0, 1]``.
+    """
+    if not isinstance(block_gamma, int | float | np.floating) or isinstance(block_gamma, bool) \
+            or not 0.0 <= float(block_gamma) <= 1.0:
+        raise ValueError(f"block_gamma must be a number in [0, 1], got {block_gamma!r}")
+    return 1.0 - float(block_gamma)
+
+
+def feedback_of(spec) -> str:
+    """What the decoder feeds policy ``spec`` (a :func:`make_policy` spec) right after
+    verification when it is not full-information: ``"block_gamma"`` for MetaSD-UCB
+    (:func:`block_loss` of the chosen drafter's mean gamma over its block), ``"accepted"`` for
+    every other spec (:func:`bandit_loss`; fixed policies ignore it)."""
+    if isinstance(spec, str) and spec.strip().lower() in _BLOCK_GAMMA_POLICIES:
+        return "block_gamma"
+    return "accepted"
 
 
 class FixedPolicy:
@@ -113,7 +152,7 @@ def _full_information_learner(name: str, n: int):
 
 def _bandit_learner(name: str, n: int):
     from onlinelearn.bandits import UCB1, Exp3
-    return Exp3(n) if name == "exp3spec" else UCB1(n)
+    return Exp3(n) if name == "exp3spec" else UCB1(n)  # ucbspec, metasd-ucb
 
 
 def _wrap(learner, delay: str):
@@ -136,7 +175,8 @@ def make_policy(spec, n: int, delay: str = "onarrival"):
     ----------
     spec : str or onlinelearn learner or DelayedLearner
         ``"normalhedge"`` (default of the decoders), ``"hedge"``, ``"adahedge"``,
-        ``"exp3spec"``, ``"ucbspec"``, ``"fixed:<i>"``; an ``onlinelearn.base.Learner`` with
+        ``"exp3spec"``, ``"ucbspec"``, ``"metasd-ucb"`` (fed :func:`block_loss`, see
+        :func:`feedback_of`), ``"fixed:<i>"``; an ``onlinelearn.base.Learner`` with
         ``n`` experts (full-information learners are wrapped in ``delay``, bandit learners in
         ``OnArrival``); or an ``onlinelearn.delayed`` reduction, used as is.
     n : int
@@ -168,7 +208,7 @@ def make_policy(spec, n: int, delay: str = "onarrival"):
             return FixedPolicy(n, arm)
         if name in ("normalhedge", "hedge", "adahedge"):
             return _wrap(_full_information_learner(name, n), delay)
-        if name in ("exp3spec", "ucbspec"):
+        if name in ("exp3spec", "ucbspec", "metasd-ucb"):
             return _wrap(_bandit_learner(name, n), delay)
         raise ValueError(f"unknown policy {spec!r}; expected one of {POLICY_NAMES} or an "
                          "onlinelearn learner instance")

@@ -14,7 +14,8 @@ its single-draft steps:
 
 Bandit policies (EXP3Spec, UCBSpec) and ``fixed:<i>`` skip step 4: they only need the chosen
 drafter's accepted length, and a drafter catches up on the verified tokens lazily when next
-chosen.
+chosen. MetaSD-UCB skips it too: ``verify`` gives its feedback, the chosen drafter's gamma over
+the drafted block from the same target pass (``Verdict.block_gamma``).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from spec_adapters.core.acceptance import acceptance_probability
 from spec_adapters.core.rounds import position_stats
 from spec_adapters.core.sampling import speculative_accept
 from spec_adapters.decoding.loop import GenerateOutput, Query, RoundLoop, Verdict
@@ -57,6 +59,8 @@ class ChainScheme:
         Draft length ``K >= 1``.
     """
 
+    computes_block_gamma = True  # verify fills Verdict.block_gamma when asked (MetaSD-UCB)
+
     def __init__(self, target: TargetModel, drafters: list[Drafter], k: int) -> None:
         self.target, self.drafters, self.window = target, drafters, k
         self.names = [d.name for d in drafters]
@@ -89,8 +93,13 @@ class ChainScheme:
         p = q.sampling.probs(self.target.verify(torch.tensor([q.seq[-1]]), tokens))
         n_accepted, nxt = speculative_accept(p, dists, tokens, q.gen)
         self.target.crop(length + n_accepted)  # cache = new sequence minus its last token
+        block = None
+        if q.block_gamma:  # MetaSD: the window's mean of gamma_j = sum_x min(p_j, q_j)
+            n = tokens.numel()  # a position not drafted (abstention, context limit) counts 0
+            block = 0.0 if n == 0 else \
+                float(acceptance_probability(p[:n], dists, validate=False).sum()) / self.window
         return Verdict(n_accepted, [*tokens[:n_accepted].tolist(), int(nxt)], p[:n_accepted + 1],
-                       drafted=int(tokens.numel()))
+                       drafted=int(tokens.numel()), block_gamma=block)
 
     def evaluate(self, verdict: Verdict, q: Query, counterfactual: bool
                  ) -> tuple[torch.Tensor, torch.Tensor] | None:

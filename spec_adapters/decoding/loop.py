@@ -13,8 +13,9 @@ One round (HedgeSpec paper, Figure 1; ``docs/architecture.md``):
 5. **update**: rounds whose window of ``K`` positions is verified are fed their loss vector
    (:class:`~spec_adapters.core.rounds.RoundTable`; cost-aware: every ``(i, k)``'s time loss
    from the window and the step costs measured online); a bandit or fixed policy is fed the
-   chosen drafter's loss right away; rounds still open when generation stops, or when a step
-   raises, are censored.
+   chosen drafter's loss right away (MetaSD-UCB: from the block's gamma that the scheme's
+   ``verify`` computes, :attr:`Verdict.block_gamma`); rounds still open when generation stops,
+   or when a step raises, are censored.
 
 :class:`RoundLoop` is that loop and everything the two decoders share (input checks, policy,
 round table, EOS / length cut, streamer, ``on_round`` callback, timings, stats, the oracle).
@@ -38,7 +39,13 @@ import numpy as np
 import torch
 
 from spec_adapters.core.draft_cost import StepCosts, expert_losses, expert_of, n_experts
-from spec_adapters.core.policies import FixedPolicy, bandit_loss, make_policy
+from spec_adapters.core.policies import (
+    FixedPolicy,
+    bandit_loss,
+    block_loss,
+    feedback_of,
+    make_policy,
+)
 from spec_adapters.core.rounds import LOSSES, RoundTable, window_loss
 from spec_adapters.core.sampling import SamplingConfig
 from spec_adapters.hf.target import TargetModel
@@ -128,6 +135,10 @@ class Verdict:
         read them (EAGLE heads), else ``None``.
     drafted : int or None
         Tokens (nodes) the target verified beside the last one; ``None``: the round's ``k``.
+    block_gamma : float or None
+        Only when ``Query.block_gamma``: the chosen drafter's mean ``gamma_j = sum_x min(p_j,
+        q_j)`` over the round's window of ``K`` positions (a position it did not draft counts
+        0), MetaSD-UCB's feedback; else ``None``.
     """
 
     accepted: int
@@ -135,11 +146,13 @@ class Verdict:
     p: torch.Tensor
     features: torch.Tensor | None = None
     drafted: int | None = None
+    block_gamma: float | None = None
 
     def head(self, m: int) -> Verdict:
         """The first ``m`` tokens (the loop's EOS / length cut), rows of ``p`` and features."""
         feats = None if self.features is None else self.features[:m]
-        return Verdict(self.accepted, self.tokens[:m], self.p[:m], feats, self.drafted)
+        return Verdict(self.accepted, self.tokens[:m], self.p[:m], feats, self.drafted,
+                       self.block_gamma)
 
 
 @dataclass
@@ -156,6 +169,7 @@ class Query:
     table: RoundTable
     streamer: Any = None
     on_round: Callable[[RoundInfo], None] | None = None
+    block_gamma: bool = False  # the scheme's verify fills Verdict.block_gamma (MetaSD-UCB)
     done: bool = False
     played: list[int] = field(default_factory=list)  # round ids of this call
     rounds: list[RoundInfo] = field(default_factory=list)
@@ -186,6 +200,9 @@ class DraftScheme(Protocol):
         One name per drafter slot.
     window : int
         ``K``, the number of positions one round drafts (chain length, tree depth).
+    computes_block_gamma : bool, optional
+        ``True`` if ``verify`` fills :attr:`Verdict.block_gamma` when ``Query.block_gamma``
+        (needed by MetaSD-UCB); absent means ``False``.
     """
 
     target: TargetModel
@@ -282,7 +299,8 @@ class RoundLoop:
     Raises
     ------
     ValueError
-        Unknown loss, policy or delay; ``cost_aware`` with a bandit or fixed policy.
+        Unknown loss, policy or delay; ``cost_aware`` with a bandit or fixed policy;
+        ``"metasd-ucb"`` with a scheme that does not compute the block's gamma (trees).
     """
 
     def __init__(self, scheme: DraftScheme, policy="normalhedge", loss: str = "eal",
@@ -304,6 +322,11 @@ class RoundLoop:
             raise ValueError(f"cost_aware=True needs a full-information policy (normalhedge, "
                              f"hedge, adahedge), got {self.policy_name!r}")
         self.costs = StepCosts(n, self.k) if cost_aware else None
+        self.block_gamma = feedback_of(policy) == "block_gamma"
+        if self.block_gamma and not getattr(scheme, "computes_block_gamma", False):
+            raise ValueError(f"policy {self.policy_name!r} learns from the chosen drafter's "
+                             f"block gamma, which {type(scheme).__name__} does not compute; "
+                             "use the single-draft decoder (spec_adapters.decoding.chain)")
 
     # ------------------------------------------------------------------------------------
     # public API
@@ -362,7 +385,7 @@ class RoundLoop:
             return Query(seq=prompt.tolist(), prompt_len=prompt.numel(), limit=limit, eos=eos,
                          sampling=sampling, gen=gen, rng=np.random.default_rng(seed),
                          table=table, streamer=streamer, on_round=on_round,
-                         done=prompt.numel() >= limit)
+                         block_gamma=self.block_gamma, done=prompt.numel() >= limit)
 
         if self.oracle:
             n = len(self.scheme.names)
@@ -393,7 +416,7 @@ class RoundLoop:
                 with q.clock("eval"):
                     stats = self.scheme.evaluate(verdict, q, full)                    # 4.
                 with q.clock("update"):
-                    self._update(policy, full, round_id, verdict.accepted, stats, q)  # 5.
+                    self._update(policy, full, round_id, verdict, stats, q)           # 5.
                 self._report(i, k, verdict, weights, q)
         finally:  # normal end or a step raised: no round of this call stays open
             with q.clock("update"):
@@ -437,12 +460,13 @@ class RoundLoop:
             q.streamer.put(torch.tensor(verdict.tokens))
         return verdict
 
-    def _update(self, policy, full: bool, round_id: int, accepted: int, stats, q: Query
+    def _update(self, policy, full: bool, round_id: int, verdict: Verdict, stats, q: Query
                 ) -> None:
         """Step 5: feed the losses of every round whose window is complete (full information),
-        or the chosen drafter's loss now (bandit / fixed)."""
+        or the chosen drafter's loss now (bandit / fixed; MetaSD-UCB: from the block gamma)."""
         if not full:
-            policy.feed(round_id, bandit_loss(accepted, self.k))
+            policy.feed(round_id, block_loss(verdict.block_gamma) if q.block_gamma
+                        else bandit_loss(verdict.accepted, self.k))
             return
         q.table.record(*stats)
         for rid, gamma, rho in q.table.pop_completed():
