@@ -46,6 +46,7 @@ from pathlib import Path
 from spec_adapters.app.log import log as _log
 from spec_adapters.store.atomic import atomic_folder, build_lock, temporaries
 from spec_adapters.store.integrity import CacheError, expect_digests, file_digests, verify_files
+from spec_adapters.vllm.target_pool import target_id
 
 __all__ = ["Pool", "PoolConfig", "PoolCorruptError", "build_pool", "load_pool", "pool_dir",
            "prompt_lookup"]
@@ -170,10 +171,9 @@ def _target_id(model, tokenizer) -> str:
     cache reached as ``.cache`` or as an absolute path is one pool) and a hash of its shape."""
     cfg = model.config
     name = Path(str(getattr(cfg, "name_or_path", "") or type(model).__name__)).name
-    key = json.dumps([type(model).__name__, name,
-                      getattr(cfg, "vocab_size", 0), getattr(cfg, "hidden_size", 0),
-                      getattr(cfg, "num_hidden_layers", 0), len(tokenizer)])
-    return f"{name[:40]}-{hashlib.sha256(key.encode()).hexdigest()[:10]}"
+    return target_id(type(model).__name__, name, getattr(cfg, "vocab_size", 0),
+                     getattr(cfg, "hidden_size", 0), getattr(cfg, "num_hidden_layers", 0),
+                     len(tokenizer))
 
 
 def pool_dir(cache_dir, model, tokenizer) -> Path:

@@ -2,7 +2,10 @@
 
 Keys (all optional)::
 
-    {"pool": "<folder with ngram-*.npz>",   # corpus n-gram drafters; none: prompt lookup only
+    {"pool": "default",                    # the served model's pool (spec_adapters.vllm
+                                           # .target_pool) when built, a folder holding
+                                           # ngram-*.npz, or null: prompt lookup only
+     "cache_dir": "<folder>",              # where "default" looks: $HEDGESPEC_CACHE, ./.cache
      "prompt_lookup": [1, 2, 3, 4],        # prompt-lookup drafters, one per n-gram size
      "policy": "normalhedge",              # hedge | adahedge | exp3spec | ucbspec | fixed:<i>
      "k": 4,                               # K, at most vLLM's num_speculative_tokens
@@ -32,7 +35,8 @@ POLICIES = ("normalhedge", "hedge", "adahedge", "exp3spec", "ucbspec")
 class ProposerConfig:
     """Validated proposer settings (see the module docstring for the meaning of each)."""
 
-    pool: str | None = None
+    pool: str | None = "default"
+    cache_dir: str | None = None
     prompt_lookup: tuple[int, ...] = (1, 2, 3, 4)
     policy: str = "normalhedge"
     k: int | None = None
@@ -60,7 +64,11 @@ class ProposerConfig:
                 bad(f"{name} must be an integer >= {1 if name != 'seed' else 0}, got {v!r}")
         if not isinstance(self.cost_aware, bool):
             bad(f"cost_aware must be true or false, got {self.cost_aware!r}")
-        if self.pool is not None and not Path(self.pool).is_dir():
+        for name in ("pool", "cache_dir"):
+            v = getattr(self, name)
+            if v is not None and not isinstance(v, str):
+                bad(f"{name} must be a folder name or null, got {v!r}")
+        if self.pool not in (None, "default") and not Path(self.pool).is_dir():
             bad(f"pool folder {self.pool} does not exist")
         if self.pool is None and not self.prompt_lookup:
             bad("no drafters: give a pool folder or prompt_lookup sizes")

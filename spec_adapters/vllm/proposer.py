@@ -27,6 +27,7 @@ loss comes from the tokens alone, through :func:`spec_adapters.core.draft_cost.e
 from __future__ import annotations
 
 import json
+import logging
 import time
 from collections import deque
 from dataclasses import dataclass, field
@@ -38,8 +39,11 @@ from spec_adapters.core.policies import make_policy
 from spec_adapters.vllm.config import ENV_VAR, ProposerConfig, load_config
 from spec_adapters.vllm.costs import StepTimeModel
 from spec_adapters.vllm.drafters import PromptLookup, load_pool_folder
+from spec_adapters.vllm.target_pool import pool_folder
 
 __all__ = ["HedgeSpecProposer", "RequestState"]
+
+log = logging.getLogger(__name__)
 
 HEAD, TAIL = 16, 8     # tokens kept to recognise a request's row
 IDLE_GAP_S = 5.0       # a gap between propose calls this long is an idle engine, not a step
@@ -91,7 +95,8 @@ class HedgeSpecProposer:
     Parameters
     ----------
     vllm_config : vllm.config.VllmConfig
-        Read for ``num_speculative_tokens``, the vocabulary size and ``max_model_len``.
+        Read for ``num_speculative_tokens``, the vocabulary size, ``max_model_len`` and the
+        model folder (whose default pool ``"pool": "default"`` loads when it was built).
 
     Raises
     ------
@@ -105,26 +110,28 @@ class HedgeSpecProposer:
         spec, model = vllm_config.speculative_config, vllm_config.model_config
         self._setup(load_config(), vocab_size=int(model.get_vocab_size()),
                     max_k=int(spec.num_speculative_tokens),
-                    max_model_len=int(model.max_model_len))
+                    max_model_len=int(model.max_model_len), model_folder=str(model.model))
 
     @classmethod
     def standalone(cls, config: ProposerConfig, *, vocab_size: int, max_k: int,
-                   max_model_len: int) -> HedgeSpecProposer:
+                   max_model_len: int, model_folder: str | None = None) -> HedgeSpecProposer:
         """The proposer without a vLLM config (tests, other engines)."""
         obj = cls.__new__(cls)
-        obj._setup(config, vocab_size=vocab_size, max_k=max_k, max_model_len=max_model_len)
+        obj._setup(config, vocab_size=vocab_size, max_k=max_k, max_model_len=max_model_len,
+                   model_folder=model_folder)
         return obj
 
     def _setup(self, config: ProposerConfig, *, vocab_size: int, max_k: int,
-               max_model_len: int) -> None:
+               max_model_len: int, model_folder: str | None) -> None:
         k_max = config.k if config.k is not None else max_k
         if k_max > max_k:
             raise ValueError(f"{ENV_VAR} ({config.source}): k={k_max} exceeds vLLM's "
                              f"num_speculative_tokens={max_k}")
         drafters = [PromptLookup(n) for n in config.prompt_lookup]
-        if config.pool is not None:
+        pool = self._pool(config, model_folder)
+        if pool is not None:
             try:
-                drafters += load_pool_folder(config.pool, vocab_size)
+                drafters += load_pool_folder(pool, vocab_size)
             except ValueError as err:
                 raise ValueError(f"{ENV_VAR} ({config.source}): {err}") from None
         self.config, self.K, self.max_model_len = config, k_max, max_model_len
@@ -138,6 +145,24 @@ class HedgeSpecProposer:
         self._next_uid = 0
         self._last_call: float | None = None
         self._trace = open(config.trace, "a") if config.trace else None  # noqa: SIM115
+
+    @staticmethod
+    def _pool(config: ProposerConfig, model_folder: str | None) -> str | None:
+        """The pool folder to load: ``config.pool``, or for ``"default"`` the served model's
+        pool under ``config.cache_dir`` when it was built (else none, with a warning)."""
+        if config.pool != "default" or model_folder is None:
+            return None if config.pool == "default" else config.pool
+        try:
+            folder = pool_folder(model_folder, config.cache_dir)
+        except ValueError as err:
+            log.warning("HedgeSpec: no default pool (%s); prompt lookup only", err)
+            return None
+        if not any(folder.glob("ngram-*.npz")):
+            log.warning("HedgeSpec: no pool built for %s at %s (run `hedgespec "
+                        "train-drafters --target %s`); prompt lookup only", model_folder,
+                        folder, model_folder)
+            return None
+        return str(folder)
 
     def _resolve_policy(self, config: ProposerConfig) -> str:
         if not config.policy.startswith("fixed:"):

@@ -34,6 +34,23 @@ def tiny_llama(folder: Path, vocab_size: int = 512, seed: int = 0) -> Path:
     return folder
 
 
+def tiny_tokenizer(folder: Path, vocab_size: int = 512) -> Path:
+    """Save a word-level tokenizer over ``vocab_size`` words ``<unk> <s> </s> t3 t4 ...`` (id
+    = position; text ``"t5 t9"`` is ids ``[5, 9]``) with a chat template that joins the
+    messages' contents, so the OpenAI server can serve the tiny model."""
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    words = ["<unk>", "<s>", "</s>"] + [f"t{i}" for i in range(3, vocab_size)]
+    tok = Tokenizer(models.WordLevel({w: i for i, w in enumerate(words)}, unk_token="<unk>"))
+    tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    fast = PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="<unk>", bos_token="<s>",
+                                   eos_token="</s>", pad_token="<unk>")
+    fast.chat_template = "{% for m in messages %}{{ m['content'] }} {% endfor %}"
+    fast.save_pretrained(folder)
+    return folder
+
+
 def vllm_env(extra: dict | None = None) -> dict:
     """The environment a vLLM CPU engine runs in: Intel OpenMP preloaded, 1 GiB KV cache."""
     env = dict(os.environ)

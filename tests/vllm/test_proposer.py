@@ -144,6 +144,7 @@ def test_pool_folder_rejects_missing_folder_and_foreign_vocabulary(tmp_path):
     ('{"polcy": "hedge"}', r"unknown keys \['polcy'\]"),
     ('{"k": 0}', "k must be an integer >= 1"),
     ("[1, 2]", "expected a JSON object"),
+    ('{"pool": 3}', "pool must be a folder name or null, got 3"),
 ])
 def test_bad_settings_name_the_problem(tmp_path, text, match):
     path = tmp_path / "cfg.json"
@@ -226,3 +227,33 @@ def test_memory_per_request_is_bounded(tmp_path):
     (st,) = prop.states.values()
     assert len(st.pending) <= prop.K
     assert sizes[1] - sizes[0] < 64 * 1024, sizes  # flat: no growth with the request's length
+
+
+# ------------------------------------------------------------------------------ default pool
+def test_default_pool_is_the_folder_the_application_builds_and_is_loaded(tmp_path,
+                                                                         monkeypatch):
+    from transformers import AutoTokenizer, LlamaForCausalLM
+
+    from spec_adapters.app.pool import pool_dir
+    from spec_adapters.vllm.target_pool import pool_folder
+    from tests.vllm.engine_run import tiny_llama, tiny_tokenizer
+
+    model_dir = tiny_tokenizer(tiny_llama(tmp_path / "tiny", vocab_size=V), vocab_size=V)
+    cache = tmp_path / "cache"
+    want = pool_dir(cache, LlamaForCausalLM.from_pretrained(model_dir),
+                    AutoTokenizer.from_pretrained(model_dir))
+    assert pool_folder(model_dir, cache) == want
+    monkeypatch.setenv("HEDGESPEC_CACHE", str(cache))
+    assert pool_folder(model_dir) == want
+
+    def proposer(**settings):
+        return HedgeSpecProposer.standalone(ProposerConfig(**settings, source="test"),
+                                            vocab_size=V, max_k=4, max_model_len=512,
+                                            model_folder=str(model_dir))
+
+    assert proposer().names == [f"prompt-lookup-{n}" for n in (1, 2, 3, 4)]  # not built yet
+    want.mkdir(parents=True)
+    _ngram_file(want, "code-abc", [[1, 2, 3, 4]])
+    assert proposer().names[-1] == "ngram-code-abc"
+    assert proposer(pool=None).names[-1] == "prompt-lookup-4"
+    assert proposer(cache_dir=str(tmp_path / "elsewhere")).names[-1] == "prompt-lookup-4"
