@@ -3,12 +3,21 @@
 Sections (each a list of *runs*; one run = one method on one prompt, one JSONL record):
 
 ``main``      the shuffled mixed stream (``queries_per_domain`` held-out prompts of every
-              domain), greedy, and a smaller sampled stream at ``temperature``. Methods:
-              ``target`` (the target alone, ``model.generate``), ``fixed:<drafter>`` for every
-              pool drafter (Table 1; the generalist, the specialists and the hindsight oracle
-              are read off these), the policies ``normalhedge`` / ``hedge`` / ``adahedge``
-              (HedgeSpec) and ``exp3spec`` / ``ucbspec`` (BanditSpec), and, greedy only,
-              ``hf-prompt-lookup`` (transformers' ``generate(prompt_lookup_num_tokens=K)``).
+              domain), greedy, and a sampled stream at ``temperature`` on the first
+              ``sampled_queries_per_domain`` of those prompts. Methods, all on the same
+              prompts: ``target`` (the target alone, ``model.generate``),
+              ``hf-prompt-lookup`` (transformers' ``generate(prompt_lookup_num_tokens=K)``,
+              lossless when sampling too: a draft token is kept when it equals the target's
+              sample), ``fixed:<drafter>`` for every pool drafter (``fixed=True``; Table 1; the
+              generalist, the specialists and the hindsight oracle are read off these), and
+              the policies of :data:`POLICIES`: HedgeSpec ``normalhedge`` (the paper's
+              acceptance-only loss, ``K`` drafts per round; also ``hedge`` / ``adahedge``),
+              HedgeSpec cost-aware ``normalhedge-cost`` (NormalHedge over the experts
+              ``(drafter, k)``, ``k = 0 .. K``, with the time-per-token loss of
+              :mod:`spec_adapters.core.draft_cost`; its step costs are measured online and
+              kept across the queries of one process), BanditSpec ``exp3spec`` / ``ucbspec``
+              and MetaSD's ``metasd-ucb`` (UCB1 on the chosen drafter's mean gamma over its
+              drafted block).
 ``variant``   router robustness (Table 4 analog): natural variants of the prompts; the router's
               accuracy on every held-out prompt, and MAT of router vs HedgeSpec on a subset.
 ``poolsize``  Fig. 5b: HedgeSpec / EXP3Spec / UCBSpec MAT as the pool grows to 32 drafters.
@@ -21,8 +30,20 @@ best MAT in hindsight. With a fixed seed a fixed-policy run is deterministic, so
 exactly what those methods would have produced.
 
 MAT (mean accepted tokens per target call, bonus token included) and tokens/s are aggregated
-over queries as ``sum(new tokens) / sum(target calls)`` and ``sum(new tokens) / sum(seconds)``.
-Per query, learner state is reset (the decoders' default).
+over queries as ``sum(new tokens) / sum(target calls)`` and ``sum(new tokens) / sum(seconds)``
+(wall clock of the whole call, prefill included). Speed-ups are ratios of tokens/s on the same
+prompts: ``speedup_target`` against ``target``, ``speedup_hf_lookup`` against
+``hf-prompt-lookup``. The non-target time of a round is everything but the verification pass
+(select + draft + evaluate + update, from the decoders' per-step ``*_seconds``):
+``non_target_ms_per_round = sum(those seconds) / sum(rounds)`` (a round is a target call) and
+``non_target_per_verify = sum(those seconds) / sum(verify seconds)``; the prefill is in
+neither. Per query, learner state is reset (the decoders' default).
+
+Presets (:data:`PRESETS`) and the commands that run them::
+
+    hedgespec bench --preset speed --threads 2           # the speed comparison, ~10 min
+    hedgespec bench --preset speed --fixed --threads 2   # ... with every fixed drafter
+    hedgespec bench --preset full --threads 2            # every section, greedy and 0.7
 
 Resumable: every finished run is appended to ``<out>/records.jsonl`` at once; a re-run with the
 same settings skips the runs already there. Outputs: ``results.json`` (settings, every raw
@@ -44,10 +65,14 @@ import numpy as np
 from spec_adapters.app.log import log
 from spec_adapters.app.measure import median_ms, run_decoder
 
-__all__ = ["PRESETS", "BenchConfig", "aggregate", "markdown_tables", "plot", "run_bench"]
+__all__ = ["PRESETS", "BenchConfig", "aggregate", "markdown_tables", "plot", "run_bench",
+           "speed_tables"]
 
-POLICIES = ("normalhedge", "hedge", "adahedge", "exp3spec", "ucbspec")
-HEDGES = ("normalhedge", "hedge", "adahedge")
+POLICIES = ("normalhedge", "normalhedge-cost", "hedge", "adahedge", "exp3spec", "ucbspec",
+            "metasd-ucb")
+# a benchmark method name -> (the decoder's policy, cost_aware)
+DECODER_POLICIES = {m: (m, False) for m in POLICIES} | {"normalhedge-cost": ("normalhedge", True)}
+NON_TARGET_STEPS = ("select", "draft", "eval", "update")
 VARIANTS = {
     "prefix": "You are a careful assistant. Read the request below and reply helpfully.\n\n{p}",
     "twice": "{p}\n\nAnswer twice and pick the better answer.",
@@ -72,7 +97,10 @@ class BenchConfig:
     sampled_policies, poolsize_policies : tuple of str
         Learners of the sampled stream and of the pool-size sweep.
     hf_lookup : bool
-        Also transformers' prompt lookup decoding (greedy).
+        Also transformers' prompt lookup decoding (``K`` tokens), greedy and sampled.
+    fixed : bool
+        Also every pool drafter fixed (Table 1, and the generalist / specialist / router /
+        oracle rows and the regret curves, which are read off those runs).
     variant_queries_per_domain : int
         Router robustness: prompts per domain decoded in their "twice" variant (0 skips);
         ``router_accuracy_prompts`` per domain are only classified.
@@ -93,6 +121,7 @@ class BenchConfig:
     policies: tuple[str, ...] = POLICIES
     sampled_policies: tuple[str, ...] = ("normalhedge", "exp3spec", "ucbspec")
     hf_lookup: bool = True
+    fixed: bool = True
     variant_queries_per_domain: int = 1
     router_accuracy_prompts: int = 30
     pool_sizes: tuple[int, ...] = (2, 8, 32)
@@ -122,11 +151,18 @@ PRESETS: dict[str, BenchConfig] = {
                         pool_sizes=(), overhead=False),
     # every section, smallest sizes: ~1 hour on a busy 2-core machine
     "small": BenchConfig(queries_per_domain=1, max_new_tokens=40),
-    # the same with more queries and longer replies
-    "full": BenchConfig(queries_per_domain=6, sampled_queries_per_domain=3,
-                        max_new_tokens=128, variant_queries_per_domain=2,
-                        router_accuracy_prompts=100, pool_sizes=(1, 2, 4, 8, 16, 32),
-                        poolsize_queries_per_domain=2,
+    # the speed comparison on 2 CPU cores in ~10 min with the default target and pool: target,
+    # HF prompt lookup and every learner (not the fixed drafters: --fixed adds them), greedy
+    "speed": BenchConfig(queries_per_domain=2, sampled_queries_per_domain=0, max_new_tokens=128,
+                         policies=("normalhedge-cost", "normalhedge", "exp3spec", "ucbspec",
+                                   "metasd-ucb"), fixed=False, variant_queries_per_domain=0,
+                         router_accuracy_prompts=0, pool_sizes=(), overhead=False),
+    # every method and section: 5 prompts per domain, greedy and 0.7 on the same prompts, 256
+    # new tokens (or EOS)
+    "full": BenchConfig(queries_per_domain=5, sampled_queries_per_domain=5,
+                        max_new_tokens=256, sampled_policies=POLICIES,
+                        variant_queries_per_domain=2, router_accuracy_prompts=100,
+                        pool_sizes=(1, 2, 4, 8, 16, 32), poolsize_queries_per_domain=2,
                         poolsize_policies=("normalhedge", "exp3spec", "ucbspec")),
 }
 
@@ -243,10 +279,13 @@ class Records:
 # ------------------------------------------------------------------------------------------
 # the benchmark
 # ------------------------------------------------------------------------------------------
-def _decoder(model, drafters, k, policy):
+def _decoder(model, drafters, k, method):
+    """The single-draft decoder of benchmark method ``method`` (a policy or ``fixed:<i>``)."""
     from spec_adapters.decoding.chain import HedgeSpecDecoder
 
-    return HedgeSpecDecoder(model, drafters, draft_length=k, policy=policy)
+    policy, cost_aware = DECODER_POLICIES.get(method, (method, False))
+    return HedgeSpecDecoder(model, drafters, draft_length=k, policy=policy,
+                            cost_aware=cost_aware)
 
 
 def _seed_of(cfg: BenchConfig, qid: str) -> int:
@@ -255,16 +294,14 @@ def _seed_of(cfg: BenchConfig, qid: str) -> int:
 
 def _plan(cfg: BenchConfig, pool, stream: list[Query]) -> list[tuple]:
     """Every run to do: (section, query, temperature, method, n)."""
-    fixed = [f"fixed:{n}" for n in pool.names]
+    fixed = [f"fixed:{n}" for n in pool.names] if cfg.fixed else []
+    lookup = ["hf-prompt-lookup"] if cfg.hf_lookup else []
     plan = []
     sampled = _subset(stream, cfg.sampled_queries_per_domain)
     for temp, queries, pols in ((0.0, stream, cfg.policies),
                                 (cfg.temperature, sampled, cfg.sampled_policies)):
         for q in queries:
-            methods = ["target", *fixed, *pols]
-            if temp == 0 and cfg.hf_lookup:
-                methods.append("hf-prompt-lookup")
-            plan += [("main", q, temp, m, 0) for m in methods]
+            plan += [("main", q, temp, m, 0) for m in ["target", *lookup, *fixed, *pols]]
     for q in _subset(stream, cfg.variant_queries_per_domain):
         v = Query(q.qid + "~twice", q.domain, VARIANTS["twice"].format(p=q.prompt), "variant")
         plan += [("variant", v, 0.0, m, 0) for m in ["router", "normalhedge"]]
@@ -342,7 +379,7 @@ def run_bench(model, tokenizer, pool, domains: dict, cfg: BenchConfig, out_dir,
         if method == "target":
             rec |= run_target(model, ids, cfg.max_new_tokens, temp, seed)
         elif method == "hf-prompt-lookup":
-            rec |= run_target(model, ids, cfg.max_new_tokens, 0.0, seed,
+            rec |= run_target(model, ids, cfg.max_new_tokens, temp, seed,
                               prompt_lookup=cfg.draft_length)
         elif method == "router":
             name = pool.router.predict([q.prompt])[0] if pool.router is not None else None
@@ -434,6 +471,7 @@ def _overheads(model, tokenizer, pool, domains, cfg: BenchConfig, out: Path) -> 
     from onlinelearn.delayed import QPMD
     from onlinelearn.normalhedge import NormalHedge
     from spec_adapters.app.domains import chat_ids
+    from spec_adapters.core.proposal import warp
     from spec_adapters.core.sampling import SamplingConfig
     from spec_adapters.hf.target import TargetModel
 
@@ -468,7 +506,7 @@ def _overheads(model, tokenizer, pool, domains, cfg: BenchConfig, out: Path) -> 
     for n, ds in (("pool", pool.drafters), ("pool32", _sized_pool(pool, 32))):
         for d in ds:
             d.start(ids)
-        res[f"eval_{n}_ms"] = median_ms(lambda ds=ds: [greedy.probs(d.extend(drafts)) for d in ds],
+        res[f"eval_{n}_ms"] = median_ms(lambda ds=ds: [warp(d.extend(drafts), greedy) for d in ds],
                                         3, after=lambda ds=ds: [d.start(ids) for d in ds])
         res[f"eval_{n}_n"] = len(ds)
     rng = np.random.default_rng(0)
@@ -486,13 +524,35 @@ def _overheads(model, tokenizer, pool, domains, cfg: BenchConfig, out: Path) -> 
 # aggregation, tables, figures
 # ------------------------------------------------------------------------------------------
 def _agg(rows: Sequence[dict]) -> dict:
+    """MAT, tokens/s and (decoder runs: all ``rows`` have ``timing``) the verify and non-target
+    time per round, pooled over ``rows`` (see the module docstring)."""
     tok = sum(r["new_tokens"] for r in rows)
     calls = sum(r["target_calls"] for r in rows)
     sec = sum(r["seconds"] for r in rows)
     cpu = sum(r.get("cpu_seconds", np.nan) for r in rows)
-    return {"mat": tok / calls if calls else None, "tok_s": tok / sec if sec else None,
-            "tok_cpu_s": tok / cpu if cpu and np.isfinite(cpu) else None,
-            "queries": len(rows), "new_tokens": tok}
+    out = {"mat": tok / calls if calls else None, "tok_s": tok / sec if sec else None,
+           "tok_cpu_s": tok / cpu if cpu and np.isfinite(cpu) else None,
+           "queries": len(rows), "new_tokens": tok, "rounds": calls,
+           "verify_ms_per_round": None, "non_target_ms_per_round": None,
+           "non_target_per_verify": None}
+    if rows and calls and all("timing" in r for r in rows):
+        verify = sum(r["timing"]["verify"] for r in rows)
+        other = sum(r["timing"][s] for r in rows for s in NON_TARGET_STEPS)
+        out |= {"verify_ms_per_round": 1e3 * verify / calls,
+                "non_target_ms_per_round": 1e3 * other / calls,
+                "non_target_per_verify": other / verify if verify else None}
+    return out
+
+
+def _speedups(table: dict) -> None:
+    """Add ``speedup_target`` / ``speedup_hf_lookup`` (tokens/s ratios) to every method and
+    scope (mixed, each domain) of one temperature's ``table`` (method -> scope -> agg)."""
+    for v in table.values():
+        for scope, a in v.items():
+            for key, ref in (("speedup_target", "target"),
+                             ("speedup_hf_lookup", "hf-prompt-lookup")):
+                base = table.get(ref, {}).get(scope, {}).get("tok_s")
+                a[key] = a["tok_s"] / base if base and a["tok_s"] is not None else None
 
 
 def _derived(rows_q: dict[str, dict], domain: str, pool, router_rows: dict) -> dict:
@@ -538,6 +598,8 @@ def aggregate(records: list[dict], pool, cfg: BenchConfig, routes: dict | None =
         if temp == 0.0 and m.startswith("fixed:"):
             for d, rs in doms.items():
                 table1[m[6:]][d] = _agg(rs)["mat"]
+    for t in main.values():
+        _speedups(t)
     ratios = {}
     for temp, t in main.items():
         mix = {m: v["mixed"] for m, v in t.items()}
@@ -545,7 +607,8 @@ def aggregate(records: list[dict], pool, cfg: BenchConfig, routes: dict | None =
         if hs:
             ratios[temp] = {f"normalhedge/{m}": (hs / mix[m]["mat"] if mix.get(m, {}).get("mat")
                                                  else None)
-                            for m in ("generalist", "exp3spec", "ucbspec", "oracle")}
+                            for m in ("generalist", "exp3spec", "ucbspec", "metasd-ucb",
+                                      "oracle")}
             for key in ("tok_s", "tok_cpu_s"):
                 if mix.get("target", {}).get(key) and mix["normalhedge"].get(key):
                     ratios[temp][f"{key} normalhedge/target"] = \
@@ -569,7 +632,7 @@ def aggregate(records: list[dict], pool, cfg: BenchConfig, routes: dict | None =
 
 
 def regret_curves(records: list[dict], pool, cfg: BenchConfig,
-                  methods=("normalhedge", "exp3spec", "ucbspec")) -> dict:
+                  methods=("normalhedge", "exp3spec", "ucbspec", "metasd-ucb")) -> dict:
     """Cumulative regret in tokens against the per-query hindsight-best fixed drafter, over the
     rounds of the greedy mixed stream (queries in stream order):
     ``R(t) = sum_{rounds s <= t} (MAT*_q(s) - (accepted_s + 1))``, ``MAT*_q`` the best fixed
@@ -599,19 +662,49 @@ def regret_curves(records: list[dict], pool, cfg: BenchConfig,
 
 LABELS = {"target": "target alone", "generalist": "generalist (n-gram, mix)",
           "specialist": "own-domain specialist", "router": "router (MiniLM + logreg)",
-          "exp3spec": "EXP3Spec", "ucbspec": "UCBSpec", "normalhedge": "HedgeSpec (NormalHedge)",
+          "exp3spec": "EXP3Spec", "ucbspec": "UCBSpec", "metasd-ucb": "MetaSD-UCB",
+          "normalhedge": "HedgeSpec (NormalHedge)",
+          "normalhedge-cost": "HedgeSpec cost-aware (NormalHedge, (drafter, k))",
           "hedge": "HedgeSpec (Hedge)", "adahedge": "HedgeSpec (AdaHedge)",
           "oracle": "hindsight oracle", "hf-prompt-lookup": "HF prompt lookup"}
-MAIN_ORDER = ("target", "generalist", "specialist", "router", "exp3spec", "ucbspec",
-              "normalhedge", "hedge", "adahedge", "oracle", "hf-prompt-lookup")
+MAIN_ORDER = ("target", "hf-prompt-lookup", "generalist", "specialist", "router", "exp3spec",
+              "ucbspec", "metasd-ucb", "normalhedge", "hedge", "adahedge", "normalhedge-cost",
+              "oracle")
 
 
 def _f(x, fmt="{:.2f}"):
     return "–" if x is None else fmt.format(x)
 
 
+def speed_tables(summary: dict, methods: Sequence[str] = MAIN_ORDER) -> list[str]:
+    """Markdown lines: per temperature and scope (mixed stream, then each domain), tokens/s,
+    speed-ups against the target and HF prompt lookup, MAT, and the non-target time per round
+    and its share of the verification time, for ``methods`` then the fixed drafters."""
+    lines = []
+    for temp, t in summary["main"].items():
+        rows = [m for m in methods if m in t] + sorted(m for m in t if m.startswith("fixed:"))
+        scopes = ["mixed", *sorted({d for v in t.values() for d in v if d != "mixed"})]
+        for scope in scopes:
+            lines += [f"### Speed, temperature {temp}, {scope}"
+                      + (" stream" if scope == "mixed" else " prompts"), "",
+                      "| method | tok/s | x target | x HF lookup | MAT | non-target ms / round "
+                      "| non-target / verify |", "|---|---|---|---|---|---|---|"]
+            for m in rows:
+                a = t[m].get(scope)
+                if a is None:
+                    continue
+                lines.append(f"| {LABELS.get(m, m)} | {_f(a['tok_s'], '{:.1f}')} | "
+                             f"{_f(a.get('speedup_target'))} | "
+                             f"{_f(a.get('speedup_hf_lookup'))} | {_f(a['mat'])} | "
+                             f"{_f(a.get('non_target_ms_per_round'), '{:.1f}')} | "
+                             f"{_f(a.get('non_target_per_verify'))} |")
+            lines.append("")
+    return lines
+
+
 def markdown_tables(summary: dict, methods: Sequence[str] = MAIN_ORDER) -> str:
-    """The main table per temperature (mixed stream + per domain), Table 1, ratios."""
+    """The main table per temperature (mixed stream + per domain), the speed tables
+    (:func:`speed_tables`), ratios, Table 1."""
     lines = []
     for temp, t in summary["main"].items():
         domains = sorted({d for v in t.values() for d in v if d != "mixed"})
@@ -626,6 +719,7 @@ def markdown_tables(summary: dict, methods: Sequence[str] = MAIN_ORDER) -> str:
                          f"{_f(v['mixed'].get('tok_cpu_s'), '{:.1f}')} | "
                          + " | ".join(_f(v.get(d, {}).get("mat")) for d in domains) + " |")
         lines.append("")
+    lines += speed_tables(summary, methods)
     if summary.get("ratios"):
         lines += ["### HedgeSpec (NormalHedge) ratios on the mixed stream", "",
                   "| temperature | " + " | ".join(next(iter(summary["ratios"].values())))

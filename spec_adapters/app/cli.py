@@ -276,7 +276,8 @@ def cmd_bench(args) -> int:
 
     _setup_threads(args.threads)
     cfg = with_overrides(PRESETS[args.preset], queries_per_domain=args.queries_per_domain,
-                         max_new_tokens=args.max_new_tokens, draft_length=args.draft_length)
+                         max_new_tokens=args.max_new_tokens, draft_length=args.draft_length,
+                         fixed=args.fixed)
     model, tok = _load_target(args)
     domains = _prepare(args)
     need_router = cfg.variant_queries_per_domain > 0 and not args.no_router
@@ -298,6 +299,7 @@ def cmd_bench(args) -> int:
 
 
 DEMO_METHODS = ("target", "generalist", "exp3spec", "normalhedge", "oracle")
+BENCH_PRESETS = ("demo", "small", "speed", "full")  # spec_adapters.app.bench.PRESETS
 
 
 def cmd_demo(args) -> int:
@@ -500,8 +502,13 @@ def build_parser() -> argparse.ArgumentParser:
                        "are appended to <out>/records.jsonl; re-running skips them.")
     _common(s)
     _pool_args(s)
-    s.add_argument("--preset", choices=("demo", "small", "full"), default="small",
-                   help="sizes (default small: ~1 hour on a busy 2-core machine)")
+    s.add_argument("--preset", choices=BENCH_PRESETS, default="small",
+                   help="sizes (default small: ~1 hour on a busy 2-core machine; speed: the "
+                        "speed comparison of every method, greedy, ~10 min on 2 cores; full: "
+                        "every section, greedy and 0.7, hours)")
+    s.add_argument("--fixed", action=argparse.BooleanOptionalAction, default=None,
+                   help="also run every pool drafter fixed (Table 1, generalist, specialist, "
+                        "router, oracle; default: the preset's, off for speed)")
     s.add_argument("--queries-per-domain", type=int_arg(1), default=None)
     s.add_argument("--max-new-tokens", type=int_arg(1), default=None)
     s.add_argument("--draft-length", type=int_arg(1), default=None, help="K (default 4)")

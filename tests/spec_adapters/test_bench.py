@@ -5,19 +5,26 @@ drafters, resuming skips finished runs, and the figures and tables are written."
 from __future__ import annotations
 
 import json
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
 import torch
 
 from spec_adapters.app.bench import (
+    POLICIES,
+    PRESETS,
     BenchConfig,
     Records,
+    _decoder,
+    _plan,
     aggregate,
     markdown_tables,
     mixed_stream,
     regret_curves,
     run_bench,
+    speed_tables,
+    with_overrides,
 )
 from spec_adapters.app.domains import load_domains
 from spec_adapters.app.pool import PoolConfig, load_pool
@@ -28,8 +35,9 @@ from .bench_fixtures import make_target_folder, write_domains
 from .test_router import _KeywordEmbedder
 
 DOMS = ("code", "math", "news")
+SPEED = ("normalhedge-cost", "normalhedge", "exp3spec", "ucbspec", "metasd-ucb")
 CFG = BenchConfig(queries_per_domain=1, sampled_queries_per_domain=1, max_new_tokens=6,
-                  draft_length=3, policies=("normalhedge", "exp3spec", "ucbspec"),
+                  draft_length=3, policies=SPEED, sampled_policies=SPEED,
                   hf_lookup=True, variant_queries_per_domain=1, router_accuracy_prompts=2,
                   pool_sizes=(1, 3, 8), poolsize_queries_per_domain=1, overhead=True,
                   poolsize_policies=("normalhedge", "exp3spec", "ucbspec"))
@@ -199,3 +207,139 @@ def test_run_decoder_keeps_what_the_tables_need():
     assert r["timing"] == {"prefill": 0.0, "select": 0.1, "draft": 0.2, "verify": 0.3,
                            "eval": 0.4, "update": 0.5}
     assert r["final_weights"] == [0.1235, 0.8765]
+
+
+def _by_hand(rows: list[dict]) -> dict:
+    """tok/s, MAT and non-target time per round of ``rows``, pooled (the docstring's rules)."""
+    tok = sum(r["new_tokens"] for r in rows)
+    out = {"tok_s": tok / sum(r["seconds"] for r in rows),
+           "mat": tok / sum(r["target_calls"] for r in rows)}
+    if all("timing" in r for r in rows):
+        other = sum(r["timing"][s] for r in rows for s in ("select", "draft", "eval", "update"))
+        out["ms"] = 1e3 * other / sum(r["target_calls"] for r in rows)
+        out["share"] = other / sum(r["timing"]["verify"] for r in rows)
+    return out
+
+
+def test_every_method_runs_on_the_same_prompts_and_aggregates_from_its_records(run):
+    """target, HF prompt lookup and every learner (cost-aware HedgeSpec and MetaSD-UCB
+    included) run greedy and sampled on the same prompts; per method and scope (mixed, each
+    domain) tok/s, MAT, the speed-ups (ratios of tok/s to target's and HF lookup's) and the
+    non-target time per round (non-verify step seconds / rounds) and its share of the verify
+    time equal those recomputed from the raw records."""
+    _, _, _, _, out, summary = run
+    rows = [r for r in Records(out / "records.jsonl").rows.values() if r["section"] == "main"]
+    for temp in ("0.0", "0.7"):
+        mine = [r for r in rows if str(r["temperature"]) == temp]
+        qids = {m: sorted(r["qid"] for r in mine if r["method"] == m)
+                for m in ("target", "hf-prompt-lookup", *SPEED)}
+        assert len(set(map(tuple, qids.values()))) == 1 and qids["target"], (temp, qids)
+        table = summary["main"][temp]
+        for m in qids:
+            for scope in ("mixed", *DOMS):
+                rs = [r for r in mine if r["method"] == m and scope in ("mixed", r["domain"])]
+                want, ref = _by_hand(rs), {k: _by_hand([r for r in mine if r["method"] == k
+                                                        and scope in ("mixed", r["domain"])])
+                                           for k in ("target", "hf-prompt-lookup")}
+                got = table[m][scope]
+                assert got["tok_s"] == pytest.approx(want["tok_s"], rel=1e-12)
+                assert got["mat"] == pytest.approx(want["mat"], rel=1e-12)
+                assert got["speedup_target"] == pytest.approx(
+                    want["tok_s"] / ref["target"]["tok_s"], rel=1e-12)
+                assert got["speedup_hf_lookup"] == pytest.approx(
+                    want["tok_s"] / ref["hf-prompt-lookup"]["tok_s"], rel=1e-12)
+                if m in ("target", "hf-prompt-lookup"):
+                    assert got["non_target_ms_per_round"] is None
+                    assert got["non_target_per_verify"] is None
+                else:
+                    assert got["non_target_ms_per_round"] == pytest.approx(want["ms"],
+                                                                           rel=1e-12)
+                    assert got["non_target_per_verify"] == pytest.approx(want["share"],
+                                                                         rel=1e-12)
+    md = (out / "tables.md").read_text()
+    for label in ("HedgeSpec cost-aware", "MetaSD-UCB", "HF prompt lookup"):
+        assert md.count(f"| {label}") >= 2 * (1 + len(DOMS)), label
+
+
+def test_speed_table_numbers_by_hand():
+    """Two domains; target 10 + 20 tokens in 2 s + 2 s; HF lookup 30 tokens in 2 s + 1 s;
+    MetaSD-UCB 10 tokens in 4 rounds / 1 s and 20 tokens in 6 rounds / 1 s with non-verify
+    steps of 0.1 + 0.1 + 0 + 0.04 s and 0.2 + 0.1 + 0.05 + 0.05 s, verify 0.5 s and 0.4 s."""
+    def rec(qid, dom, method, tok, calls, sec, timing=None):
+        r = {"section": "main", "qid": qid, "domain": dom, "temperature": 0.0,
+             "method": method, "n": 0, "new_tokens": tok, "target_calls": calls,
+             "seconds": sec}
+        return r | ({"timing": timing} if timing else {})
+
+    t1 = {"prefill": 1.0, "select": 0.1, "draft": 0.1, "verify": 0.5, "eval": 0.0,
+          "update": 0.04}
+    t2 = {"prefill": 1.0, "select": 0.2, "draft": 0.1, "verify": 0.4, "eval": 0.05,
+          "update": 0.05}
+    recs = [rec("a/0", "a", "target", 10, 10, 2.0), rec("b/0", "b", "target", 20, 20, 2.0),
+            rec("a/0", "a", "hf-prompt-lookup", 10, 5, 2.0),
+            rec("b/0", "b", "hf-prompt-lookup", 20, 8, 1.0),
+            rec("a/0", "a", "metasd-ucb", 10, 4, 1.0, t1),
+            rec("b/0", "b", "metasd-ucb", 20, 6, 1.0, t2)]
+    t = aggregate(recs, SimpleNamespace(names=[]), CFG)["main"]["0.0"]
+    m = t["metasd-ucb"]
+    assert m["mixed"]["tok_s"] == pytest.approx(15.0)  # 30 tokens / 2 s
+    assert m["mixed"]["speedup_target"] == pytest.approx(15.0 / 7.5)
+    assert m["mixed"]["speedup_hf_lookup"] == pytest.approx(15.0 / 10.0)
+    assert m["a"]["speedup_target"] == pytest.approx(10.0 / 5.0)
+    assert m["b"]["speedup_hf_lookup"] == pytest.approx(20.0 / 20.0)
+    assert m["mixed"]["mat"] == pytest.approx(3.0)
+    assert m["mixed"]["non_target_ms_per_round"] == pytest.approx(1e3 * 0.64 / 10)
+    assert m["mixed"]["non_target_per_verify"] == pytest.approx(0.64 / 0.9)
+    assert m["a"]["non_target_ms_per_round"] == pytest.approx(1e3 * 0.24 / 4)
+    assert t["target"]["mixed"]["speedup_target"] == 1.0
+    assert t["target"]["mixed"]["non_target_ms_per_round"] is None
+    md = "\n".join(speed_tables({"main": {"0.0": t}}))
+    assert "| MetaSD-UCB | 15.0 | 2.00 | 1.50 | 3.00 | 64.0 | 0.71 |" in md
+    assert "| target alone | 7.5 | 1.00 | 0.75 | 1.00 | – | – |" in md
+    assert "### Speed, temperature 0.0, b prompts" in md
+
+
+def _methods_of(cfg: BenchConfig, names=("ngram-general", "ngram-code")) -> dict:
+    """temperature -> {qid: methods} of the main section planned for ``cfg``, 7 domains."""
+    doms = {d: SimpleNamespace(prompts=[f"{d} prompt {i}" for i in range(8)])
+            for d in ("biology", "chemistry", "code", "math", "medicine", "news", "sql")}
+    plan = _plan(cfg, SimpleNamespace(names=list(names), drafters=[], extras=[]),
+                 mixed_stream(doms, cfg.queries_per_domain, cfg.seed))
+    out: dict = {}
+    for section, q, temp, m, _ in plan:
+        if section == "main":
+            out.setdefault(temp, {}).setdefault(q.qid, set()).add(m)
+    return out
+
+
+def test_speed_preset_runs_every_learner_greedy_and_fixed_drafters_only_on_request():
+    speed = PRESETS["speed"]
+    assert (speed.queries_per_domain, speed.max_new_tokens, speed.draft_length) == (2, 128, 4)
+    want = {"target", "hf-prompt-lookup", "normalhedge-cost", "normalhedge", "exp3spec",
+            "ucbspec", "metasd-ucb"}
+    plan = _methods_of(speed)
+    assert set(plan) == {0.0} and len(plan[0.0]) == 14
+    assert all(ms == want for ms in plan[0.0].values())
+    with_fixed = _methods_of(with_overrides(speed, fixed=True))[0.0]
+    assert all(ms == want | {"fixed:ngram-general", "fixed:ngram-code"}
+               for ms in with_fixed.values())
+
+
+def test_full_preset_compares_every_method_greedy_and_sampled_on_the_same_prompts():
+    full = PRESETS["full"]
+    assert full.queries_per_domain >= 5 and full.max_new_tokens == 256
+    plan = _methods_of(full)
+    assert set(plan) == {0.0, 0.7} and plan[0.0] == plan[0.7] and len(plan[0.0]) == 35
+    want = {"target", "hf-prompt-lookup", "fixed:ngram-general", "fixed:ngram-code",
+            *POLICIES}
+    assert all(ms == want for ms in plan[0.0].values())
+
+
+def test_cost_aware_method_builds_the_cost_aware_decoder(run):
+    model, _, pool, _, _, _ = run
+    dec = _decoder(model, pool.drafters, 3, "normalhedge-cost")
+    assert dec.cost_aware and dec.policy_name == "normalhedge"
+    assert dec.policy.n == len(pool.drafters) * 4  # (drafter, k), k = 0..3
+    plain = _decoder(model, pool.drafters, 3, "normalhedge")
+    assert not plain.cost_aware and plain.policy.n == len(pool.drafters)
+    assert _decoder(model, pool.drafters, 3, "metasd-ucb").block_gamma
