@@ -5,30 +5,32 @@ once the target has verified a chunk, every drafter's acceptance probability at 
 position can be computed from its distribution there, whether or not it drafted the round.
 
 All functions are pure torch, batched over any leading dimensions (positions x drafters), keep
-the input dtype (float64 in, float64 out) and validate their input unless ``validate=False``.
+the input dtype (float64 in, float64 out) and validate their input unless ``validate=False``
+(a decoder validates ``p`` and ``q`` once, where they are produced). None builds a tensor of
+the vocabulary's size per drafter except for dense (or, at temperature > 0, sparse) ``q``.
 """
 
 from __future__ import annotations
 
 import torch
 
-from spec_adapters.core.sampling import check_distribution
+from spec_adapters.core.proposal import Rows, as_rows, check_distribution
 
 __all__ = ["acceptance_probability", "greedy_tree_acceptance", "tree_acceptance"]
 
 
-def _broadcast_lead(name_a: str, a: torch.Tensor, name_b: str, b: torch.Tensor) -> torch.Size:
+def _broadcast_lead(name_a: str, a: torch.Size, name_b: str, b: torch.Size) -> torch.Size:
     try:
-        return torch.broadcast_shapes(a.shape[:-1], b.shape[:-1])
+        return torch.broadcast_shapes(a, b)
     except RuntimeError:
         raise ValueError(
-            f"{name_a} {tuple(a.shape)} and {name_b} {tuple(b.shape)} have leading (batch) "
+            f"{name_a} {tuple(a)} and {name_b} {tuple(b)} have leading (batch) "
             "dimensions that do not broadcast"
         ) from None
 
 
 def acceptance_probability(
-    p: torch.Tensor, q: torch.Tensor, *, validate: bool = True
+    p: torch.Tensor, q: torch.Tensor | Rows, *, validate: bool = True
 ) -> torch.Tensor:
     """Probability that one speculative step accepts a token drafted from ``q``.
 
@@ -42,11 +44,13 @@ def acceptance_probability(
     ----------
     p : torch.Tensor
         ``(..., V)`` warped target probabilities.
-    q : torch.Tensor
-        ``(..., V)`` warped drafter probabilities; leading dimensions broadcast against ``p``
-        (e.g. ``p`` ``(K, V)`` and ``q`` ``(N, K, V)`` for ``N`` drafters).
+    q : torch.Tensor or Rows
+        ``(..., V)`` warped drafter probabilities, or a :mod:`~spec_adapters.core.proposal` form
+        (point mass: ``gamma = p(d)``, one gather; sparse mixture: its support gathered plus the
+        closed-form base term, one pass over ``V``); leading dimensions broadcast against
+        ``p`` (e.g. ``p`` ``(K, V)`` and ``q`` ``(N, K, V)`` for ``N`` drafters).
     validate : bool, default True
-        Check both inputs (see :func:`spec_adapters.core.sampling.check_distribution`).
+        Check both inputs (see :func:`spec_adapters.core.proposal.check_distribution`).
 
     Returns
     -------
@@ -61,18 +65,18 @@ def acceptance_probability(
 
     Notes
     -----
-    O(prod(shape) ) time; materialises the broadcast ``min`` once.
+    Dense ``q``: O(prod(shape)) time, materialises the broadcast ``min`` once.
     """
+    q = as_rows(q)
     if validate:
         check_distribution(p, "p")
-        check_distribution(q, "q")
-    if p.shape[-1] != q.shape[-1]:
+        q.check("q")
+    if p.shape[-1] != q.vocab_size:
         raise ValueError(
-            f"p and q must share the vocabulary dimension, got {p.shape[-1]} and {q.shape[-1]}"
+            f"p and q must share the vocabulary dimension, got {p.shape[-1]} and {q.vocab_size}"
         )
-    _broadcast_lead("p", p, "q", q)
-    dtype = torch.promote_types(p.dtype, q.dtype)
-    return torch.minimum(p.to(dtype), q.to(dtype)).sum(-1).clamp_(0.0, 1.0)
+    _broadcast_lead("p", p.shape[:-1], "q", q.lead)
+    return q.to(p.device).overlap(p).clamp_(0.0, 1.0)
 
 
 def _kept_mask(p: torch.Tensor, children: torch.Tensor, mask: torch.Tensor | None, validate: bool):
@@ -99,7 +103,7 @@ def _kept_mask(p: torch.Tensor, children: torch.Tensor, mask: torch.Tensor | Non
     kept = children[mask]
     if kept.numel() and (int(kept.min()) < 0 or int(kept.max()) >= V):
         raise ValueError(f"children has kept token ids outside [0, {V})")
-    lead = _broadcast_lead("p", p, "children", children)
+    lead = _broadcast_lead("p", p.shape[:-1], "children", children.shape[:-1])
     return lead, children.to(p.device), mask.to(p.device)
 
 
@@ -137,13 +141,20 @@ def tree_acceptance(
     -------
     torch.Tensor
         ``gamma`` in ``[0, 1]``, broadcast leading shape, ``p``'s dtype.
+
+    Notes
+    -----
+    A gather of ``p`` at the children (sorted to count repeats once): ``O(C log C)`` per node,
+    nothing of the vocabulary's size is built.
     """
     lead, children, mask = _kept_mask(p, children, mask, validate)
-    V = p.shape[-1]
-    idx = children.expand(*lead, children.shape[-1]).clamp(0, V - 1)
-    hits = torch.zeros(*lead, V, dtype=p.dtype, device=p.device)
-    hits.scatter_add_(-1, idx, mask.expand(*lead, mask.shape[-1]).to(p.dtype))
-    return (p.expand(*lead, V) * (hits > 0)).sum(-1).clamp_(0.0, 1.0)
+    C = children.shape[-1]
+    # each distinct kept token once: sort (padding as -1 first), keep the first of each run
+    key = torch.where(mask.expand(*lead, C), children.expand(*lead, C), -1).sort(-1).values
+    first = torch.ones_like(key, dtype=torch.bool)
+    first[..., 1:] = key[..., 1:] != key[..., :-1]
+    px = p.expand(*lead, p.shape[-1]).gather(-1, key.clamp_min(0))
+    return (px * (first & (key >= 0))).sum(-1).clamp_(0.0, 1.0)
 
 
 def greedy_tree_acceptance(

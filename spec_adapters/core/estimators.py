@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import torch
 
-from spec_adapters.core.sampling import check_distribution
+from spec_adapters.core.proposal import Rows, as_rows, check_distribution
 
 __all__ = [
     "corrected_acceptance_length",
@@ -130,18 +130,25 @@ def corrected_acceptance_length(gamma: torch.Tensor, rho: torch.Tensor) -> torch
     return 1.0 + (w * g).sum(-1)
 
 
-def realized_ratio(p: torch.Tensor, q: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
+def realized_ratio(p: torch.Tensor, q: torch.Tensor | Rows, tokens: torch.Tensor, *,
+                   validate: bool = True) -> torch.Tensor:
     """``rho = min(1, q(x) / p(x))`` at the realized tokens ``x``.
 
     Parameters
     ----------
     p : torch.Tensor
         ``(..., V)`` warped target probabilities at each verified position.
-    q : torch.Tensor
-        ``(..., V)`` a drafter's warped probabilities there; leading dims broadcast with ``p``.
+    q : torch.Tensor or Rows
+        ``(..., V)`` a drafter's warped probabilities there, or a
+        :mod:`~spec_adapters.core.proposal` form (``q(x)`` is read at the tokens only: a point
+        mass at ``d`` gives ``rho = 1{x = d}`` for ``p(x) > 0``); leading dims broadcast with
+        ``p``.
     tokens : torch.LongTensor
         ``(...)`` the realized (verified) token at each position; broadcasts with the leading
         dims of ``p`` and ``q``.
+    validate : bool, default True
+        Check ``p`` and ``q`` in full (a decoder that produced them passes ``False``); shapes
+        and token ids are always checked.
 
     Returns
     -------
@@ -154,11 +161,13 @@ def realized_ratio(p: torch.Tensor, q: torch.Tensor, tokens: torch.Tensor) -> to
     ``p(x) rho(x) = min(p(x), q(x))``: the probability that the drafter would have proposed
     ``x`` and had it accepted. Greedy (one-hot ``p``, ``x = argmax p``): ``rho = q(x)``.
     """
-    check_distribution(p, "p")
-    check_distribution(q, "q")
-    if p.shape[-1] != q.shape[-1]:
+    q = as_rows(q)
+    if validate:
+        check_distribution(p, "p")
+        q.check("q")
+    if p.shape[-1] != q.vocab_size:
         raise ValueError(
-            f"p and q must share the vocabulary dimension, got {p.shape[-1]} and {q.shape[-1]}"
+            f"p and q must share the vocabulary dimension, got {p.shape[-1]} and {q.vocab_size}"
         )
     if (
         not isinstance(tokens, torch.Tensor)
@@ -170,16 +179,17 @@ def realized_ratio(p: torch.Tensor, q: torch.Tensor, tokens: torch.Tensor) -> to
     if tokens.numel() and (int(tokens.min()) < 0 or int(tokens.max()) >= V):
         raise ValueError(f"tokens has ids outside [0, {V})")
     try:
-        lead = torch.broadcast_shapes(p.shape[:-1], q.shape[:-1], tokens.shape)
+        lead = torch.broadcast_shapes(p.shape[:-1], q.lead, tokens.shape)
     except RuntimeError:
         raise ValueError(
-            f"p {tuple(p.shape)}, q {tuple(q.shape)} and tokens {tuple(tokens.shape)} do not "
+            f"p {tuple(p.shape)}, q {(*q.lead, V)} and tokens {tuple(tokens.shape)} do not "
             "broadcast (tokens must match the leading dims of p and q)"
         ) from None
-    dtype = torch.promote_types(p.dtype, q.dtype)
-    idx = tokens.to(p.device).expand(lead).unsqueeze(-1)
-    px = p.to(dtype).expand(*lead, V).gather(-1, idx).squeeze(-1)
-    qx = q.to(dtype).expand(*lead, V).gather(-1, idx).squeeze(-1)
+    tokens = tokens.to(p.device).expand(lead)
+    qx = q.to(p.device).prob(tokens)
+    dtype = torch.promote_types(p.dtype, qx.dtype)
+    px = p.to(dtype).expand(*lead, V).gather(-1, tokens.unsqueeze(-1)).squeeze(-1)
+    qx = qx.to(dtype).expand(lead)
     ones = torch.ones_like(px)
     return torch.where(qx >= px, ones, qx / torch.where(px > 0, px, ones))
 

@@ -28,13 +28,14 @@ import numpy as np
 import torch
 
 from spec_adapters.core import estimators
+from spec_adapters.core.proposal import Rows, as_rows, stack_rows
 
 __all__ = ["LOSSES", "RoundTable", "position_stats"]
 
 LOSSES = ("eal", "tap")
 
 
-def position_stats(p: torch.Tensor, q: torch.Tensor, tokens: torch.LongTensor
+def position_stats(p: torch.Tensor, q, tokens: torch.LongTensor
                    ) -> tuple[torch.Tensor, torch.Tensor]:
     """gamma and rho of ``N`` drafters at ``m`` verified positions.
 
@@ -42,8 +43,11 @@ def position_stats(p: torch.Tensor, q: torch.Tensor, tokens: torch.LongTensor
     ----------
     p : torch.Tensor
         ``(m, V)`` warped target distributions at the positions.
-    q : torch.Tensor
-        ``(N, m, V)`` warped drafter distributions given the same verified prefixes.
+    q : torch.Tensor, Rows or sequence of Rows
+        The drafters' warped distributions given the same verified prefixes: ``(N, m, V)``
+        probabilities, one stacked :mod:`~spec_adapters.core.proposal` form with lead
+        ``(N, m)``, or one form per drafter (lead ``(m,)``, forms may differ between drafters:
+        the drafters of each form are stacked and evaluated together).
     tokens : torch.LongTensor
         ``(m,)`` realized (verified) tokens.
 
@@ -53,13 +57,30 @@ def position_stats(p: torch.Tensor, q: torch.Tensor, tokens: torch.LongTensor
         ``(N, m)`` each, float64: ``gamma = sum_x min(p, q)`` (Theorem 1, via
         :func:`spec_adapters.core.acceptance.acceptance_probability`) and
         ``rho = min(1, q(x) / p(x))`` (:func:`spec_adapters.core.estimators.realized_ratio`).
+        Nothing is validated here: ``p`` and ``q`` are checked where they are produced.
+        Point masses (every drafter under greedy decoding) cost one gather each.
     """
     from spec_adapters.core.acceptance import acceptance_probability
     from spec_adapters.core.estimators import realized_ratio
 
-    gamma = acceptance_probability(p, q, validate=False)  # p broadcasts over drafters
-    rho = realized_ratio(p, q, tokens.to(p.device))
-    return gamma.double(), rho.double()
+    tokens = tokens.to(p.device)
+    if isinstance(q, torch.Tensor | Rows):
+        q = as_rows(q)
+        gamma = acceptance_probability(p, q, validate=False)  # p broadcasts over drafters
+        rho = realized_ratio(p, q, tokens, validate=False)
+        return gamma.double(), rho.double()
+    q = [as_rows(rows) for rows in q]
+    gamma = torch.zeros(len(q), p.shape[0], dtype=torch.float64, device=p.device)
+    rho = torch.zeros_like(gamma)
+    kinds: dict[type, list[int]] = {}
+    for i, rows in enumerate(q):
+        kinds.setdefault(type(rows), []).append(i)
+    for members in kinds.values():
+        stacked = stack_rows([q[i] for i in members])
+        idx = torch.tensor(members, device=p.device)
+        gamma[idx] = acceptance_probability(p, stacked, validate=False).double()
+        rho[idx] = realized_ratio(p, stacked, tokens, validate=False).double()
+    return gamma, rho
 
 
 class RoundTable:

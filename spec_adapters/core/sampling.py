@@ -33,6 +33,8 @@ from dataclasses import dataclass
 
 import torch
 
+from spec_adapters.core.proposal import Rows, as_rows, check_distribution
+
 __all__ = [
     "SamplingConfig",
     "check_distribution",
@@ -42,60 +44,6 @@ __all__ = [
     "tree_accept_distribution",
     "tree_children",
 ]
-
-# Base tolerance on |sum(p) - 1| by dtype (widened by V * eps in check_distribution): it must
-# reject logits, unnormalised weights or a missing renormalisation.
-_SUM_TOL = {torch.float16: 1e-2, torch.bfloat16: 2e-2, torch.float32: 1e-4, torch.float64: 1e-6}
-
-
-# --------------------------------------------------------------------------------------------
-# validation
-# --------------------------------------------------------------------------------------------
-def check_distribution(x: torch.Tensor, name: str) -> torch.Tensor:
-    """Validate a tensor of probability vectors over its last dimension.
-
-    Parameters
-    ----------
-    x : torch.Tensor
-        Floating tensor ``(..., V)`` with ``V >= 1``.
-    name : str
-        Name used in the error message.
-
-    Returns
-    -------
-    torch.Tensor
-        ``x`` itself (no copy).
-
-    Raises
-    ------
-    ValueError
-        If ``x`` is not a floating tensor, is 0-dimensional or has an empty last dimension,
-        has NaN / inf or negative entries, or a vector whose sum differs from 1 by more than
-        ``max(base, V * eps)``: a dtype-dependent base (1e-4 for float32, 1e-6 for float64)
-        widened by the rounding error a softmax over ``V`` entries can accumulate (a float32
-        softmax over a 49152-token vocabulary misses 1 by ~1e-4).
-    """
-    if not isinstance(x, torch.Tensor):
-        raise ValueError(f"{name} must be a torch.Tensor of probabilities, got {type(x).__name__}")
-    if not x.is_floating_point():
-        raise ValueError(f"{name} must be a floating-point tensor, got dtype {x.dtype}")
-    if x.dim() < 1 or x.shape[-1] < 1:
-        raise ValueError(f"{name} must have shape (..., V) with V >= 1, got {tuple(x.shape)}")
-    if x.numel() == 0:
-        return x
-    if not bool(torch.isfinite(x).all()):
-        raise ValueError(f"{name} has NaN or infinite entries")
-    if bool((x < 0).any()):
-        raise ValueError(f"{name} has negative entries (min {float(x.min()):.3g})")
-    err = float((x.sum(-1, dtype=torch.float64) - 1.0).abs().max())
-    tol = max(_SUM_TOL.get(x.dtype, 1e-4), x.shape[-1] * torch.finfo(x.dtype).eps)
-    if err > tol:
-        raise ValueError(
-            f"{name} does not sum to 1 over its last dimension (max |sum - 1| = {err:.3g} > "
-            f"{tol:g}); pass probabilities, not logits or unnormalised weights"
-        )
-    return x
-
 
 def _check_tokens(tokens: torch.Tensor, name: str, vocab_size: int) -> torch.Tensor:
     if not isinstance(tokens, torch.Tensor):
@@ -312,27 +260,31 @@ def _enumerate(rule, *args) -> dict:
 # --------------------------------------------------------------------------------------------
 # single draft
 # --------------------------------------------------------------------------------------------
-def _check_speculative(p, q, draft) -> int:
-    check_distribution(p, "p")
-    check_distribution(q, "q")
-    if p.dim() != 2 or q.dim() != 2:
+def _check_speculative(p, q, draft, validate: bool = True) -> tuple[int, Rows]:
+    q = as_rows(q)
+    if validate:
+        check_distribution(p, "p")
+        q.check("q")
+    if not isinstance(p, torch.Tensor) or p.dim() != 2 or len(q.lead) != 1:
         raise ValueError(
-            f"p must be (K+1, V) and q (K, V), got p {tuple(p.shape)}, q {tuple(q.shape)}"
+            f"p must be (K+1, V) and q (K, V), got p {tuple(getattr(p, 'shape', ()))}, q "
+            f"{(*q.lead, q.vocab_size)}"
         )
-    K = q.shape[0]  # K = 0 (no draft, q of shape (0, V)): a plain step, the bonus token
-    if p.shape != (K + 1, q.shape[1]):
+    K, V = q.lead[0], q.vocab_size
+    if p.shape != (K + 1, V):
         raise ValueError(
-            f"p must have shape (K+1, V) = ({K + 1}, {q.shape[1]}) to match q {tuple(q.shape)}, "
+            f"p must have shape (K+1, V) = ({K + 1}, {V}) to match q {(K, V)}, "
             f"got {tuple(p.shape)}"
         )
-    _check_tokens(draft, "draft", q.shape[1])
+    _check_tokens(draft, "draft", V)
     if tuple(draft.shape) != (K,):
         raise ValueError(f"draft must have shape (K,) = ({K},), got {tuple(draft.shape)}")
-    qx = q.gather(1, draft.view(K, 1).to(q.device)).flatten()
+    q = q.to(p.device)
+    qx = q.prob(draft.to(p.device))
     if bool((qx <= 0).any()):
         k = int(torch.nonzero(qx <= 0)[0])
         raise ValueError(f"draft token {k} has q = 0: it cannot have been drawn from q")
-    return K
+    return K, q
 
 
 def _residual(pk: torch.Tensor, qk: torch.Tensor) -> torch.Tensor:
@@ -342,48 +294,60 @@ def _residual(pk: torch.Tensor, qk: torch.Tensor) -> torch.Tensor:
     return r if bool((r > 0).any()) else pk
 
 
-def _speculative_rule(p: torch.Tensor, q: torch.Tensor, draft: list[int], rand: _Chooser):
+def _speculative_rule(p: torch.Tensor, q: Rows, draft: list[int], rand: _Chooser):
     """The speculative-sampling rule, written once (see :func:`speculative_accept`)."""
     K = len(draft)
+    qx = q.prob(torch.tensor(draft, dtype=torch.long, device=p.device)).tolist()
     for k, x in enumerate(draft):
-        px, qx = float(p[k, x]), float(q[k, x])
         # accept x_k with probability min(1, p_k(x) / q_k(x))
-        if rand.bernoulli(min(1.0, px / qx), slot=k):
+        if rand.bernoulli(min(1.0, float(p[k, x]) / qx[k]), slot=k):
             continue
-        # first rejection: the next token comes from max(0, p_k - q_k), normalised
-        return k, rand.categorical(_residual(p[k], q[k]), slot=K)
-    # all K accepted: bonus token from the target's distribution after the last draft
+        # first rejection: the next token comes from max(0, p_k - q_k), normalised (a point
+        # mass at x: p_k with x removed)
+        return k, rand.categorical(_residual(p[k], q.positions(slice(k, k + 1)).dense()[0]),
+                                   slot=K)
+    # all K accepted (or none drafted): the token comes from the target's distribution
     return K, rand.categorical(p[K], slot=K)
 
 
 def speculative_accept(
     p: torch.Tensor,
-    q: torch.Tensor,
+    q: torch.Tensor | Rows,
     draft: torch.Tensor,
     generator: torch.Generator | None = None,
+    *,
+    validate: bool = True,
 ) -> tuple[int, int]:
-    """Verify ``K >= 0`` drafted tokens by speculative sampling (``K = 0``: a plain step).
+    """Verify ``K`` drafted tokens by speculative sampling.
 
     For ``k = 1..K``: accept ``x_k`` with probability ``min(1, p_k(x_k) / q_k(x_k))``. At the
     first rejection, stop and sample the next token from ``max(0, p_k - q_k) / Z``. If all
     ``K`` are accepted, sample a bonus token from ``p_{K+1}``. The output is then distributed
     exactly as ``p`` (lossless), and the probability that ``x_k`` is accepted given the prefix is
     ``sum_x min(p_k(x), q_k(x))`` (Theorem 1 of the HedgeSpec paper; see
-    :func:`spec_adapters.core.acceptance.acceptance_probability`).
+    :func:`spec_adapters.core.acceptance.acceptance_probability`). ``K = 0`` (the drafter
+    abstained) is one plain target step: the token is drawn from ``p_1``.
 
     Parameters
     ----------
     p : torch.Tensor
         ``(K+1, V)`` warped target probabilities: row ``k`` is the distribution of the token
         after ``[context] + draft[:k]``.
-    q : torch.Tensor
-        ``(K, V)`` warped drafter probabilities the drafts were sampled from.
+    q : torch.Tensor or Rows
+        The warped drafter distributions the drafts were sampled from: ``(K, V)``
+        probabilities, or a :mod:`~spec_adapters.core.proposal` form with ``K`` rows. A point
+        mass at ``d`` is accepted with probability ``p(d)`` and, on rejection, the token is
+        drawn from ``p`` with ``d`` removed (vLLM's rule for drafts without probabilities);
+        greedy: accepted iff ``d = argmax p``.
     draft : torch.LongTensor
-        ``(K,)`` drafted token ids; ``q[k, draft[k]]`` must be positive.
+        ``(K,)`` drafted token ids; ``q_k(draft[k])`` must be positive.
     generator : torch.Generator, optional
         Exactly ``K + 1`` float64 uniforms are drawn from it (on its device; the global CPU
         generator if None), whatever the
         outcome: ``u_k`` for the test of draft ``k``, ``u_K`` for the final token (inverse CDF).
+    validate : bool, default True
+        Check ``p`` and ``q`` in full (:func:`check_distribution`, :meth:`Rows.check`); a
+        decoder that produced them passes ``False``. Shapes and the draft are always checked.
 
     Returns
     -------
@@ -400,17 +364,17 @@ def speculative_accept(
 
     Notes
     -----
-    Greedy (one-hot ``p`` and ``q`` from ``SamplingConfig(temperature=0)``): the ratio is 1 or 0,
-    the residual is the one-hot of the target's argmax, so this returns the longest prefix that
-    matches the argmax and the argmax after it, exactly, with no NaN.
+    Greedy (one-hot ``p``, and ``q`` one-hot or a point mass): the ratio is 1 or 0, the residual
+    is the one-hot of the target's argmax, so this returns the longest prefix that matches the
+    argmax and the argmax after it, exactly, with no NaN.
     """
-    K = _check_speculative(p, q, draft)
+    K, q = _check_speculative(p, q, draft, validate)
     rand = _UniformChooser(K + 1, generator)
     return _speculative_rule(p, q, draft.tolist(), rand)
 
 
 def speculative_accept_distribution(
-    p: torch.Tensor, q: torch.Tensor, draft: torch.Tensor
+    p: torch.Tensor, q: torch.Tensor | Rows, draft: torch.Tensor
 ) -> dict[tuple[int, int], float]:
     """Exact distribution of :func:`speculative_accept`'s output for a fixed draft.
 
@@ -422,7 +386,7 @@ def speculative_accept_distribution(
     dict
         ``{(n_accepted, next_token): probability}`` over outcomes of positive probability.
     """
-    _check_speculative(p, q, draft)
+    _, q = _check_speculative(p, q, draft)
     return _enumerate(_speculative_rule, p, q, draft.tolist())
 
 

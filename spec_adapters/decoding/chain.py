@@ -4,13 +4,16 @@ The round is :class:`spec_adapters.decoding.loop.RoundLoop`'s; :class:`ChainSche
 its single-draft steps:
 
 2. **draft**: drafter ``i`` samples ``K`` tokens from its warped distributions ``q``
-   (``propose``; fewer only at the context limit), checked for shape and range;
+   (``propose``; fewer at the context limit or where the drafter abstains, none: a plain
+   target step), ``q`` in its cheapest exact form (:mod:`spec_adapters.core.proposal`: a point
+   mass under greedy decoding), checked once here for shape, range and values;
 3. **verify**: the target scores ``[last] + drafts`` in one pass (``p``, ``K + 1`` rows),
    speculative sampling accepts ``n`` drafts and yields one more token, the target's KV cache is
    cropped past the rejected drafts;
 4. **evaluate**: every drafter appends the verified tokens (``extend``, keeping its cache in
-   sync) and returns its distributions there, giving ``gamma`` (Theorem 1) and ``rho`` per
-   drafter and position.
+   sync) and returns its predictions there, warped to the same forms, giving ``gamma``
+   (Theorem 1) and ``rho`` per drafter and position, the drafters of each form together
+   (greedy: one gather per drafter, nothing of the vocabulary's size).
 
 Bandit policies (EXP3Spec, UCBSpec) and ``fixed:<i>`` skip step 4: they only need the chosen
 drafter's accepted length, and a drafter catches up on the verified tokens lazily when next
@@ -24,6 +27,7 @@ import numpy as np
 import torch
 
 from spec_adapters.core.acceptance import acceptance_probability
+from spec_adapters.core.proposal import PointMass, Proposal, Rows, as_rows, warp
 from spec_adapters.core.rounds import position_stats
 from spec_adapters.core.sampling import speculative_accept
 from spec_adapters.decoding.loop import GenerateOutput, Query, RoundLoop, Verdict
@@ -72,26 +76,29 @@ class ChainScheme:
             drafter.start(prompt)
         self._synced = [prompt.numel()] * len(self.drafters)
 
-    def draft(self, i: int, q: Query, k: int) -> tuple[torch.LongTensor, torch.Tensor]:
-        """Drafter ``i`` proposes ``k <= K`` tokens (fewer only at the context limit); ``k = 0``
-        asks the drafter nothing (a plain target step)."""
+    def draft(self, i: int, q: Query, k: int) -> Proposal:
+        """Drafter ``i`` proposes up to ``k <= K`` tokens (fewer at the context limit or where it
+        abstains); ``k = 0`` asks the drafter nothing (a plain target step)."""
         if k == 0:
-            return (torch.zeros(0, dtype=torch.long, device=self.target.device),
-                    torch.zeros(0, self.target.vocab_size, device=self.target.device))
+            return Proposal(torch.zeros(0, dtype=torch.long, device=self.target.device),
+                            PointMass(torch.zeros(0, dtype=torch.long, device=self.target.device),
+                                      self.target.vocab_size))
         if self._synced[i] < len(q.seq):  # lazy catch-up (bandit / fixed policies)
             self._extend(i, torch.tensor(q.seq[self._synced[i]:]), len(q.seq))
         room = self.target.max_length  # >= len(q.seq) + 1: the loop stops at the context
         k = k if room is None else min(k, room - len(q.seq))
         tokens, dists = self.drafters[i].propose(k, q.sampling, q.gen)
-        self._check_proposal(i, k, tokens, dists)
-        return tokens.to(self.target.device).long(), dists.to(self.target.device)
+        dists = self._check_proposal(i, k, tokens, dists)
+        return Proposal(tokens.to(self.target.device).long(), dists.to(self.target.device))
 
-    def verify(self, draft: tuple[torch.LongTensor, torch.Tensor], q: Query) -> Verdict:
-        """One target pass over ``[last] + drafts``, speculative acceptance, crop."""
+    def verify(self, draft: Proposal, q: Query) -> Verdict:
+        """One target pass over ``[last] + drafts``, speculative acceptance, crop (no draft:
+        one plain target step)."""
         tokens, dists = draft
         length = len(q.seq)
+        # p is valid by construction (SamplingConfig.probs), q was checked by draft()
         p = q.sampling.probs(self.target.verify(torch.tensor([q.seq[-1]]), tokens))
-        n_accepted, nxt = speculative_accept(p, dists, tokens, q.gen)
+        n_accepted, nxt = speculative_accept(p, dists, tokens, q.gen, validate=False)
         self.target.crop(length + n_accepted)  # cache = new sequence minus its last token
         block = None
         if q.block_gamma:  # MetaSD: the window's mean of gamma_j = sum_x min(p_j, q_j)
@@ -107,42 +114,61 @@ class ChainScheme:
         if not counterfactual:
             return None
         new = torch.tensor(verdict.tokens, device=verdict.p.device)
-        dists = [q.sampling.probs(self._extend(i, new, len(q.seq)).to(verdict.p.device))
+        dists = [warp(self._extend(i, new, len(q.seq)), q.sampling).to(verdict.p.device)
                  for i in range(len(self.drafters))]
-        return position_stats(verdict.p, torch.stack(dists), new)
+        return position_stats(verdict.p, dists, new)
 
     def stats(self) -> dict:
         return {}
 
-    def _extend(self, i: int, tokens: torch.LongTensor, synced: int) -> torch.Tensor:
-        """Drafter ``i`` appends ``tokens``; its logits ``(m, V)`` that predicted them."""
-        logits = self.drafters[i].extend(tokens)
+    def _extend(self, i: int, tokens: torch.LongTensor, synced: int) -> torch.Tensor | Rows:
+        """Drafter ``i`` appends ``tokens``; its predictions of them: logits ``(m, V)`` or a
+        form with ``m`` rows."""
+        pred = self.drafters[i].extend(tokens)
         shape = (tokens.numel(), self.target.vocab_size)
-        if not isinstance(logits, torch.Tensor) or tuple(logits.shape) != shape:
-            got = tuple(logits.shape) if isinstance(logits, torch.Tensor) else type(logits)
+        if isinstance(pred, Rows):
+            got = (*pred.lead, pred.vocab_size)
+        else:
+            got = tuple(pred.shape) if isinstance(pred, torch.Tensor) else type(pred).__name__
+        if got != shape:
             raise ValueError(f"drafter {self.names[i]!r} (slot {i}): extend of {shape[0]} "
-                             f"tokens must return logits of shape {shape}, got {got}")
+                             f"tokens must return logits or rows of shape {shape}, got {got}")
         self._synced[i] = synced
-        return logits
+        return pred
 
-    def _check_proposal(self, i: int, k: int, tokens, dists) -> None:
-        """``propose`` must return ``k`` integer ids in ``[0, V)`` and ``q`` of shape (k, V)."""
+    def _check_proposal(self, i: int, k: int, tokens, dists) -> Rows:
+        """``propose`` must return ``j <= k`` integer ids in ``[0, V)`` and ``q`` with ``j``
+        valid rows (a form, or probabilities ``(j, V)``), each giving its token ``q > 0``.
+        This is the one validation of ``q`` per round; returns it as rows."""
         V = self.target.vocab_size
-        problem = None
+        problem, rows = None, None
         if not isinstance(tokens, torch.Tensor) or tokens.is_floating_point() \
                 or tokens.is_complex() or tokens.dtype == torch.bool:
             problem = f"tokens must be an integer tensor, got {_describe(tokens)}"
-        elif tuple(tokens.shape) != (k,):
-            problem = f"tokens must have shape ({k},), got {tuple(tokens.shape)}"
-        elif (int(tokens.min()) < 0 or int(tokens.max()) >= V):
+        elif tokens.dim() != 1 or tokens.numel() > k:
+            problem = (f"tokens must have shape ({k},) or shorter (abstention), got "
+                       f"{tuple(tokens.shape)}")
+        elif tokens.numel() and (int(tokens.min()) < 0 or int(tokens.max()) >= V):
             problem = f"token ids must be in [0, {V}), got {tokens.tolist()}"
-        elif not isinstance(dists, torch.Tensor) or not dists.is_floating_point():
-            problem = f"q must be a floating tensor, got {_describe(dists)}"
-        elif tuple(dists.shape) != (k, V):
-            problem = f"q must have shape ({k}, {V}), got {tuple(dists.shape)}"
+        elif not isinstance(dists, Rows) and (not isinstance(dists, torch.Tensor)
+                                              or not dists.is_floating_point()):
+            problem = f"q must be a floating tensor or rows, got {_describe(dists)}"
+        else:
+            rows = as_rows(dists)
+            j = tokens.numel()
+            if (*rows.lead, rows.vocab_size) != (j, V):
+                problem = f"q must have shape ({j}, {V}), got {(*rows.lead, rows.vocab_size)}"
+            else:
+                try:
+                    rows.check("q")
+                    if j and bool((rows.prob(tokens) <= 0).any()):
+                        problem = "a drafted token has q = 0: it cannot have been drawn from q"
+                except ValueError as err:
+                    problem = str(err)
         if problem is not None:
             raise ValueError(f"drafter {self.names[i]!r} (slot {i}): propose({k}) returned a "
                              f"bad proposal: {problem}")
+        return rows
 
 
 def _describe(x) -> str:

@@ -4,11 +4,16 @@ A drafter keeps its own view of the *verified* context. Three verbs (see
 ``docs/architecture.md``, "one round"):
 
 - ``start(prompt_ids)``: reset to a new query and prefill the prompt;
-- ``propose(k, sampling, generator)``: draft ``k`` tokens from the verified context by sampling
-  from the warped distribution, returning the tokens and the warped distributions ``q`` they were
-  drawn from; nothing is committed;
-- ``extend(tokens)``: append verified tokens and return the logits that predicted each of them,
-  which is what counterfactual evaluation (gamma for every drafter) needs.
+- ``propose(k, sampling, generator)``: draft up to ``k`` tokens from the verified context by
+  sampling from the warped distribution, returning a
+  :class:`~spec_adapters.core.proposal.Proposal`: the tokens and the warped rows ``q`` they were
+  drawn from, in their cheapest exact form (a point mass under greedy decoding, a sparse
+  mixture for an n-gram at temperature > 0, dense rows for a model); fewer than ``k`` tokens, or
+  none, when the drafter abstains (no context match); nothing is committed;
+- ``extend(tokens)``: append verified tokens and return what predicted each of them, unwarped:
+  logits ``(m, V)`` or a :mod:`~spec_adapters.core.proposal` form with ``m`` rows (a zero row
+  where the drafter would have abstained). Counterfactual evaluation (gamma for every drafter)
+  warps it with :func:`~spec_adapters.core.proposal.warp` and needs nothing more.
 """
 
 from __future__ import annotations
@@ -18,6 +23,8 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 import torch
+
+from spec_adapters.core.proposal import PointMass, Proposal, Rows, cat_rows, draw, warp
 
 if TYPE_CHECKING:
     from spec_adapters.core.sampling import SamplingConfig
@@ -44,14 +51,15 @@ class Drafter(Protocol):
         """Reset to a new query: prefill the 1-D prompt; cache the next-token logits."""
 
     def propose(self, k: int, sampling: SamplingConfig, generator: torch.Generator | None
-                ) -> tuple[torch.LongTensor, torch.Tensor]:
-        """Draft ``k`` tokens from the verified context, each sampled from
-        ``sampling.probs(logits)``; return tokens (k,) and those warped distributions q (k, V).
-        Does not commit anything. ``k`` must be an integer >= 1 (``ValueError`` otherwise)."""
+                ) -> Proposal:
+        """Draft up to ``k`` tokens from the verified context, each sampled from its warped
+        distribution; return tokens ``(j,)``, ``j <= k``, and those warped rows ``q`` (``j``
+        rows; ``j < k``: the drafter stopped). Does not commit anything. ``k`` must be an
+        integer >= 1 (``ValueError`` otherwise)."""
 
-    def extend(self, tokens: torch.LongTensor) -> torch.Tensor:
-        """Append ``m`` verified tokens; return the logits (m, V) that predicted each of them
-        (row j = logits given context + tokens[:j])."""
+    def extend(self, tokens: torch.LongTensor) -> torch.Tensor | Rows:
+        """Append ``m`` verified tokens; return the unwarped predictions of each of them (row
+        j given context + tokens[:j]): logits ``(m, V)`` or a form with ``m`` rows."""
 
 
 def check_k(k) -> None:
@@ -61,45 +69,51 @@ def check_k(k) -> None:
 
 
 def sample_draft(k: int, sampling: SamplingConfig, generator: torch.Generator | None,
-                 logits_after: Callable[[torch.LongTensor], torch.Tensor]
-                 ) -> tuple[torch.LongTensor, torch.Tensor]:
-    """Draft ``k`` tokens autoregressively from a drafter's next-token logits.
+                 predict_after: Callable[[torch.LongTensor], torch.Tensor | Rows | None],
+                 vocab_size: int) -> Proposal:
+    """Draft up to ``k`` tokens autoregressively from a drafter's next-token predictions.
 
-    For ``j = 0 .. k-1``: ``q_j = sampling.probs(logits_after(x_{<j}))`` and
-    ``x_j ~ q_j`` (``torch.multinomial`` with ``generator``; at temperature 0 ``q_j`` is the
-    one-hot argmax, so greedy drafting is the same path). This is the ``propose`` step every
-    :class:`Drafter` shares; what differs between drafters is only ``logits_after``.
+    For ``j = 0 .. k-1``: ``q_j = warp(predict_after(x_{<j}), sampling)`` and ``x_j ~ q_j``
+    (:func:`~spec_adapters.core.proposal.draw`: greedy warps to a point mass, so a greedy draft
+    builds no V-sized tensor beyond what the prediction itself holds). A ``None`` prediction
+    stops the draft there (the drafter abstains). This is the ``propose`` step every
+    :class:`Drafter` shares; what differs between drafters is only ``predict_after``.
 
     Parameters
     ----------
     k : int
-        Number of draft tokens, an integer >= 1 (checked by :func:`check_k` before anything
-        runs).
+        Largest number of draft tokens, an integer >= 1 (checked by :func:`check_k` before
+        anything runs).
     sampling : SamplingConfig
         The warping (temperature / top-p / top-k) applied to every row.
     generator : torch.Generator or None
-    logits_after : callable
-        ``logits_after(drafts)`` returns the logits (V,) of the token after the verified
-        context followed by the 1-D ``drafts`` tensor. It is called ``k`` times, with
-        ``drafts[:0], drafts[:1], ..., drafts[:k-1]`` in that order (never after the last
-        draft), so a cached model may feed only the newest token ``drafts[-1:]``.
+    predict_after : callable
+        ``predict_after(drafts)`` returns the prediction of the token after the verified
+        context followed by the 1-D ``drafts`` tensor: logits ``(V,)``, an unwarped one-row
+        form, or ``None`` (abstain). It is called with ``drafts[:0], drafts[:1], ...`` in that
+        order (never after the last draft), so a cached model may feed only the newest token
+        ``drafts[-1:]``.
+    vocab_size : int
+        ``V`` (the vocabulary of an empty proposal).
 
     Returns
     -------
-    tokens : torch.LongTensor
-        ``(k,)`` int64.
-    q : torch.Tensor
-        ``(k, V)``, row ``j`` the warped distribution ``x_j`` was drawn from.
+    Proposal
+        ``tokens`` ``(j,)`` int64 and ``q``, ``j`` rows (row ``i`` the warped distribution
+        ``x_i`` was drawn from), ``j <= k``.
     """
     check_k(k)
-    tokens: list[torch.Tensor] = []
-    qs: list[torch.Tensor] = []
+    tokens: list[int] = []
+    rows: list[Rows] = []
     for _ in range(k):
-        drafts = torch.cat(tokens) if tokens else torch.empty(0, dtype=torch.long)
-        q = sampling.probs(logits_after(drafts))
-        tokens.append(torch.multinomial(q, 1, generator=generator).long())
-        qs.append(q)
-    return torch.cat(tokens), torch.stack(qs)
+        pred = predict_after(torch.tensor(tokens, dtype=torch.long))
+        if pred is None:
+            break
+        q = warp(pred.view(1, -1) if isinstance(pred, torch.Tensor) else pred, sampling)
+        tokens.append(draw(q, generator))
+        rows.append(q)
+    q = cat_rows(rows) if rows else PointMass(torch.zeros(0, dtype=torch.long), vocab_size)
+    return Proposal(torch.tensor(tokens, dtype=torch.long), q)
 
 
 def check_vocab(drafters, vocab_size: int) -> None:

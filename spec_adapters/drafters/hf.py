@@ -72,7 +72,7 @@ class HFDrafter:
             return self._next_logits if drafts.numel() == 0 else self._forward(drafts[-1:])[-1]
 
         try:
-            return sample_draft(k, sampling, generator, logits_after)
+            return sample_draft(k, sampling, generator, logits_after, self.vocab_size)
         finally:
             crop_cache(self._cache, self._length)  # drafts are not verified: forget them
 
@@ -268,7 +268,7 @@ class StackedHFDrafters:
             return self.next_logits[i] if drafts.numel() == 0 else \
                 self._member_forward(i, cache, drafts[-1:])[-1]
 
-        return sample_draft(k, sampling, generator, logits_after)
+        return sample_draft(k, sampling, generator, logits_after, self.vocab_size)
 
 
 class _StackedMember:

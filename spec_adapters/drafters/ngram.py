@@ -2,7 +2,16 @@
 
 Both implement the :class:`~spec_adapters.drafters.Drafter` protocol with *proper* next-token
 distributions over the full target vocabulary, so the same acceptance and gamma code serves
-them and model drafters alike. Their "logits" are log-probabilities.
+them and model drafters alike. A distribution is never built densely: it is a
+:class:`~spec_adapters.core.proposal.Sparse` mixture (the matched continuations, plus ``lam``
+times the base off them), which greedy decoding turns into a point mass at its argmax and
+temperature keeps sparse in closed form (see :func:`~spec_adapters.core.proposal.warp`).
+``log_probs`` gives the dense log-probabilities (a reference).
+
+Abstention (``abstain=True``, the default of :class:`PromptLookupDrafter`, as transformers'
+prompt lookup): where the context matches at no order, the drafter proposes nothing (its
+draft stops there) and its prediction in ``extend`` is the zero measure, so counterfactual
+evaluation gives it ``gamma = rho = 0`` there, as it would not have drafted.
 
 Smoothing (both drafters): interpolated Witten-Bell backoff (Witten & Bell 1991; Chen &
 Goodman 1998, eq. 16). With ``c(h, x)`` the count of ``x`` after context ``h`` (the last ``n``
@@ -18,7 +27,8 @@ continuations of the longest suffix match" (He et al. 2024) in distributional fo
 
 :class:`NGramDrafter` stores, per order ``n``, the sorted hashed contexts with the (token, count)
 lists that follow them (CSR layout, numpy arrays), built by one sort per order: ~1 M tokens take
-about a second. A lookup is a binary search per order plus ``O(order * V)`` vector work.
+about a second. A lookup is a binary search per order plus work linear in the continuations
+found (nothing of the vocabulary's size).
 """
 
 from __future__ import annotations
@@ -33,9 +43,11 @@ from typing import TYPE_CHECKING
 import numpy as np
 import torch
 
+from spec_adapters.core.proposal import Base, Sparse, cat_rows
 from spec_adapters.drafters.base import sample_draft
 
 if TYPE_CHECKING:
+    from spec_adapters.core.proposal import Proposal
     from spec_adapters.core.sampling import SamplingConfig
 
 __all__ = ["NGramDrafter", "PromptLookupDrafter", "context_keys"]
@@ -68,20 +80,33 @@ def _key_of(context: Sequence[int], base: int) -> int:
     return k
 
 
-def _backoff(base: torch.Tensor, matches: Iterable[tuple[torch.Tensor, torch.Tensor]]
-             ) -> torch.Tensor:
-    """Interpolated Witten-Bell recursion, lowest order first (see the module docstring).
+def _mixture(base: Base, matches: Iterable[tuple[torch.Tensor, torch.Tensor]]
+             ) -> tuple[Sparse, bool]:
+    """Interpolated Witten-Bell recursion, lowest order first (see the module docstring), in
+    sparse form.
 
     ``matches`` yields, for n = 1, 2, ... while the context is found, the tokens following the
     order-``n`` context and their counts (a token may appear more than once: its counts add up).
-    Returns log-probabilities (V,).
+    Off the union ``S`` of the tokens seen, ``P_n(x) = lam_n b(x)`` with
+    ``lam_n = prod_{i<=n} T_i / (C_i + T_i)``; on ``S`` the values are kept explicitly, a token
+    entering at order ``n`` starting from ``lam_{n-1} b(x)``. Returns the one-row mixture and
+    whether any order matched.
     """
-    p = base
+    support = torch.zeros(0, dtype=torch.long)
+    values = torch.zeros(0, dtype=base.probs.dtype)
+    lam, matched = 1.0, False
     for toks, counts in matches:
+        matched = True
+        union = torch.unique(torch.cat([support, toks]))
         total, types = float(counts.sum()), float(torch.unique(toks).numel())
-        p = p * (types / (total + types))
-        p.index_add_(0, toks, counts.to(p.dtype) / (total + types))
-    return p.log()
+        grown = lam * base.probs[union]
+        grown[torch.searchsorted(union, support)] = values
+        values = grown * (types / (total + types))
+        values.index_add_(0, torch.searchsorted(union, toks),
+                          counts.to(values.dtype) / (total + types))
+        support, lam = union, lam * types / (total + types)
+    return Sparse(support[None], values[None], torch.tensor([lam], dtype=values.dtype),
+                  base), matched
 
 
 def _check_ids(ids: torch.Tensor, vocab_size: int, what: str) -> list[int]:
@@ -118,19 +143,26 @@ class _ContextCounts:
 
 
 class _ContextDrafter:
-    """Shared propose/extend on top of ``_logits(context) -> (V,)`` log-probabilities."""
+    """Shared propose/extend on top of ``_matches(context)`` and a :class:`Base`."""
 
     name: str
     vocab_size: int
+    abstain: bool
+    _base: Base
 
     def __init__(self) -> None:
         self._context: list[int] | None = None
 
-    def _logits(self, context: list[int]) -> torch.Tensor:  # pragma: no cover - abstract
+    def _matches(self, context: list[int]):  # pragma: no cover - abstract
         raise NotImplementedError
 
     def _observe(self, token: int) -> None:
         """Hook: a verified token was appended to the context."""
+
+    def _predict(self, context: list[int]) -> Sparse | None:
+        """The mixture after ``context``; ``None`` where the drafter abstains."""
+        q, matched = _mixture(self._base, self._matches(context))
+        return q if matched or not self.abstain else None
 
     def _require_started(self, verb: str) -> list[int]:
         if self._context is None:
@@ -148,28 +180,29 @@ class _ContextDrafter:
             self._observe(t)
 
     def propose(self, k: int, sampling: SamplingConfig, generator: torch.Generator | None = None
-                ) -> tuple[torch.LongTensor, torch.Tensor]:
-        """Draft ``k`` tokens, each sampled from ``sampling.probs`` of the smoothed n-gram
-        log-probabilities given the context plus the drafts so far; nothing is committed.
+                ) -> Proposal:
+        """Draft up to ``k`` tokens, each sampled from the warped smoothed n-gram distribution
+        given the context plus the drafts so far (stopping where the drafter abstains);
+        nothing is committed.
 
-        Returns tokens (k,) int64 and their warped distributions q (k, V) float32.
+        Returns tokens ``(j,)`` int64 and their warped rows ``q``: a point mass when greedy,
+        the sparse mixture under temperature, dense rows under top-k / top-p.
         """
         context = self._require_started("propose")
         return sample_draft(k, sampling, generator,
-                            lambda drafts: self._logits(context + drafts.tolist()))
+                            lambda drafts: self._predict(context + drafts.tolist()),
+                            self.vocab_size)
 
-    def extend(self, tokens: torch.LongTensor) -> torch.Tensor:
-        """Append verified tokens; return log-probabilities (m, V), row ``j`` given the context
-        plus ``tokens[:j]``."""
+    def extend(self, tokens: torch.LongTensor) -> Sparse:
+        """Append verified tokens; return the unwarped mixtures (``m`` rows), row ``j`` given
+        the context plus ``tokens[:j]`` (a zero row where the drafter would have abstained)."""
         context = self._require_started("extend")
         rows = []
         for t in _check_ids(tokens, self.vocab_size, "tokens"):
-            rows.append(self._logits(context))
+            rows.append(self._predict(context) or Sparse.nothing(self._base))
             context.append(t)
             self._observe(t)
-        if not rows:
-            return torch.empty(0, self.vocab_size)
-        return torch.stack(rows)
+        return cat_rows(rows) if rows else Sparse.nothing(self._base, 0)
 
 
 class NGramDrafter(_ContextDrafter):
@@ -194,11 +227,16 @@ class NGramDrafter(_ContextDrafter):
         When > 0, the n-grams of the current query's own context (and pending drafts) are
         counted too, each occurrence weighing ``context_weight`` corpus occurrences: REST's
         datastore and prompt lookup in one distribution. 0 is pure corpus retrieval.
+    abstain : bool, default False
+        Propose nothing where the context matches at no order (instead of drafting from the
+        bare unigram base); see the module docstring.
     """
 
     def __init__(self, vocab_size: int, tables, unigram: np.ndarray, alpha: float = 0.1,
-                 name: str = "ngram", context_weight: float = 0.0) -> None:
+                 name: str = "ngram", context_weight: float = 0.0, abstain: bool = False
+                 ) -> None:
         super().__init__()
+        self.abstain = bool(abstain)
         if vocab_size < 1 or alpha <= 0 or context_weight < 0:
             raise ValueError("need vocab_size >= 1, alpha > 0 and context_weight >= 0")
         self.context_weight = float(context_weight)
@@ -216,11 +254,13 @@ class NGramDrafter(_ContextDrafter):
                         torch.as_tensor(np.asarray(c, np.float32))) for k, o, t, c in tables]
         u = unigram + self.alpha
         self._unigram = torch.as_tensor(u / u.sum(), dtype=torch.float32)
+        self._base = Base(self._unigram)
         self.n_tokens = round(float(unigram.sum()))  # weighted
 
     def __repr__(self) -> str:
         return (f"NGramDrafter({self.name!r}, vocab_size={self.vocab_size}, order={self.order}, "
-                f"tokens={self.n_tokens}, context_weight={self.context_weight})")
+                f"tokens={self.n_tokens}, context_weight={self.context_weight}, "
+                f"abstain={self.abstain})")
 
     def start(self, prompt_ids: torch.LongTensor) -> None:
         self._ctx_counts = _ContextCounts(self.order) if self.context_weight > 0 else None
@@ -234,8 +274,8 @@ class NGramDrafter(_ContextDrafter):
     @classmethod
     def from_corpus(cls, documents: Sequence[Sequence[int]] | np.ndarray, vocab_size: int, *,
                     order: int = 4, alpha: float = 0.1, name: str = "ngram",
-                    context_weight: float = 0.0, weights: Sequence[float] | None = None
-                    ) -> NGramDrafter:
+                    context_weight: float = 0.0, weights: Sequence[float] | None = None,
+                    abstain: bool = False) -> NGramDrafter:
         """Count every n-gram (n = 1..order contexts) of a tokenised corpus.
 
         Parameters
@@ -245,7 +285,7 @@ class NGramDrafter(_ContextDrafter):
         vocab_size : int
         order : int
             Longest context length used (>= 1).
-        alpha, name, context_weight
+        alpha, name, context_weight, abstain
             See the class.
         weights : sequence of float, optional
             One weight > 0 per document: each of its n-grams counts ``weight`` times (e.g. the
@@ -297,7 +337,7 @@ class NGramDrafter(_ContextDrafter):
             offsets = np.append(ctx_at, len(pkeys))
             tables.append((pkeys[ctx_at], offsets, ptoks, counts))
         return cls(vocab_size, tables, unigram, alpha=alpha, name=name,
-                   context_weight=context_weight)
+                   context_weight=context_weight, abstain=abstain)
 
     @classmethod
     def from_texts(cls, texts: Iterable[str], tokenizer, *, vocab_size: int | None = None,
@@ -340,6 +380,7 @@ class NGramDrafter(_ContextDrafter):
         obj = cls(meta["vocab_size"], tables, np.ones(meta["vocab_size"]), alpha=meta["alpha"],
                   name=meta["name"], context_weight=meta.get("context_weight", 0.0))
         obj._unigram = torch.as_tensor(unigram_p, dtype=torch.float32)
+        obj._base = Base(obj._unigram)
         obj.n_tokens = int(meta["n_tokens"])
         return obj
 
@@ -371,18 +412,16 @@ class NGramDrafter(_ContextDrafter):
                               * torch.tensor(list(found.values()), dtype=torch.float32))
             yield torch.cat(toks), torch.cat(counts)
 
-    def _logits(self, context: list[int]) -> torch.Tensor:
-        return _backoff(self._unigram.clone(), self._matches(context))
-
     def log_probs(self, context: Sequence[int]) -> torch.Tensor:
-        """Smoothed next-token log-probabilities (V,) after ``context``, from the corpus alone
-        (the query's own n-grams, when ``context_weight > 0``, enter only via the Drafter
-        verbs)."""
+        """Smoothed next-token log-probabilities (V,) after ``context`` (dense: a reference;
+        the decoders never build it), from the corpus alone (the query's own n-grams, when
+        ``context_weight > 0``, enter only via the Drafter verbs)."""
         saved, self._context = self._context, None
         try:
-            return self._logits([int(t) for t in context])
+            q, _ = _mixture(self._base, self._matches([int(t) for t in context]))
         finally:
             self._context = saved
+        return q.dense()[0].log()
 
 
 class PromptLookupDrafter(_ContextDrafter):
@@ -393,26 +432,32 @@ class PromptLookupDrafter(_ContextDrafter):
     looked up among its earlier occurrences in the same context; the tokens that followed them
     are counted, and the counts are smoothed by the Witten-Bell recursion over a uniform base.
     Greedy drafting therefore copies the most frequent continuation of the longest repeated
-    suffix, as prompt lookup does; with no match the distribution is uniform.
+    suffix, as prompt lookup does; with no match it abstains (proposes nothing), or, with
+    ``abstain=False``, its distribution is uniform.
 
     Parameters
     ----------
     vocab_size : int
     max_ngram : int, default 3
     name : str, default "prompt-lookup"
+    abstain : bool, default True
     """
 
-    def __init__(self, vocab_size: int, max_ngram: int = 3, name: str = "prompt-lookup") -> None:
+    def __init__(self, vocab_size: int, max_ngram: int = 3, name: str = "prompt-lookup",
+                 abstain: bool = True) -> None:
         super().__init__()
         if vocab_size < 1 or max_ngram < 1:
             raise ValueError("vocab_size and max_ngram must be >= 1")
+        self.abstain = bool(abstain)
         self.vocab_size = int(vocab_size)
+        self._base = Base(torch.full((self.vocab_size,), 1.0 / self.vocab_size))
         self.max_ngram = int(max_ngram)
         self.name = name
         self._counts: _ContextCounts | None = None
 
     def __repr__(self) -> str:
-        return f"PromptLookupDrafter(vocab_size={self.vocab_size}, max_ngram={self.max_ngram})"
+        return (f"PromptLookupDrafter(vocab_size={self.vocab_size}, max_ngram={self.max_ngram}, "
+                f"abstain={self.abstain})")
 
     def start(self, prompt_ids: torch.LongTensor) -> None:
         self._counts = _ContextCounts(self.max_ngram)
@@ -428,7 +473,3 @@ class PromptLookupDrafter(_ContextDrafter):
                 return
             yield (torch.tensor(list(found.keys()), dtype=torch.long),
                    torch.tensor(list(found.values()), dtype=torch.float32))
-
-    def _logits(self, context: list[int]) -> torch.Tensor:
-        base = torch.full((self.vocab_size,), 1.0 / self.vocab_size)
-        return _backoff(base, self._matches(context))

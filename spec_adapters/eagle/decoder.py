@@ -135,22 +135,26 @@ class TreeScheme:
         return {"tree_nodes": self._sizes, "tree": dataclasses.asdict(self.tree)}
 
     def _tree_stats(self, before, rows, p, new):
-        """Theorem 2 per head and verified position: ``(N, m)`` gamma and rho (float64)."""
+        """Theorem 2 per head and verified position: ``(N, m)`` gamma and rho (float64), by a
+        gather of ``p`` at every head's children (nothing of the vocabulary's size per head)."""
         m = int(new.numel())
-        N = self.pool.n
-        gamma = torch.zeros(N, m, dtype=torch.float64)
-        rho = torch.zeros(N, m, dtype=torch.float64)
-        for i in range(N):
-            # logits that predicted each new token: the pending root, then the new rows
-            pred = rows[i][:-1] if before[i] is None else \
-                torch.cat([before[i].view(1, -1), rows[i][:-1]])
-            off = m - pred.shape[0]  # 1 when no head distribution existed (1-token prompt)
-            if pred.shape[0] == 0:
-                continue
-            kids = self.pool.children(i, pred, self.tree.top_k)  # (m', k) target ids
-            gamma[i, off:] = tree_acceptance(p[off:].double(), kids.to(p.device),
-                                             validate=False).cpu()
-            rho[i, off:] = (kids.to(new.device) == new[off:, None]).any(-1).double().cpu()
+        gamma = torch.zeros(self.pool.n, m, dtype=torch.float64)
+        rho = torch.zeros(self.pool.n, m, dtype=torch.float64)
+        # logits that predicted each new token: the pending root, then the new rows (the pool
+        # extends every head together, so either all heads had a root or none did)
+        preds = [rows[i][:-1] if before[i] is None else
+                 torch.cat([before[i].view(1, -1), rows[i][:-1]]) for i in range(self.pool.n)]
+        off = m - preds[0].shape[0]  # 1 when no head distribution existed (1-token prompt)
+        if off == m:
+            return gamma, rho
+        kids = [self.pool.children(i, pred, self.tree.top_k).to(p.device)
+                for i, pred in enumerate(preds)]  # (m - off, <= top_k) target ids per head
+        width = max(k.shape[-1] for k in kids)  # a head's draft vocabulary may be < top_k
+        kids = torch.stack([torch.nn.functional.pad(k, (0, width - k.shape[-1]), value=-1)
+                            for k in kids])
+        kept = kids >= 0
+        gamma[:, off:] = tree_acceptance(p[off:], kids, kept, validate=False).double().cpu()
+        rho[:, off:] = ((kids == new[off:, None].to(p.device)) & kept).any(-1).double().cpu()
         return gamma, rho
 
 

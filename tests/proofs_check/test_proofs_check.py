@@ -28,7 +28,7 @@ def test_quick_run_passes_every_check_under_60_seconds(capsys):
 
 def test_wrong_acceptance_ratio_fails_theorem1_and_theorem3(monkeypatch):
     def wrong_rule(p, q, draft, rand):  # min(1, q/p) instead of min(1, p/q)
-        K = len(draft)
+        K, q = len(draft), q.dense()
         for k, x in enumerate(draft):
             px, qx = float(p[k, x]), float(q[k, x])
             if rand.bernoulli(min(1.0, qx / px) if px > 0 else 1.0, slot=k):

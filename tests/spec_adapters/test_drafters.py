@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from spec_adapters.core.proposal import Dense, PointMass
 from spec_adapters.core.sampling import SamplingConfig
 from spec_adapters.drafters import (
     HFDrafter,
@@ -42,10 +43,13 @@ def test_propose_samples_from_q_and_commits_nothing(tiny_llama, temperature):
     d.start(torch.tensor(prompt))
     sampling = SamplingConfig(temperature=temperature)
     tokens, q = d.propose(4, sampling, torch.Generator().manual_seed(0))
-    assert tokens.shape == (4,) and q.shape == (4, 64)
+    assert tokens.shape == (4,) and len(q) == 4
+    # greedy: a point mass (no one-hot, no multinomial over V); sampled: dense rows
+    assert isinstance(q, PointMass if sampling.greedy else Dense)
     full = _full_logits(model, prompt + tokens.tolist())
-    torch.testing.assert_close(q, sampling.probs(full[len(prompt) - 1:-1]), atol=1e-5, rtol=1e-5)
-    assert bool((q.gather(1, tokens.view(-1, 1)) > 0).all())
+    torch.testing.assert_close(q.dense(), sampling.probs(full[len(prompt) - 1:-1]),
+                               atol=1e-5, rtol=1e-5)
+    assert bool((q.prob(tokens) > 0).all())
     # nothing was committed: extending now predicts from the prompt alone
     rows = d.extend(torch.tensor([11, 12]))
     torch.testing.assert_close(rows, _full_logits(model, [*prompt, 11, 12])[3:5],
@@ -86,7 +90,7 @@ def test_propose_rejects_a_bad_draft_length(tiny_llama, k):
         with pytest.raises(ValueError, match=r"k \(number of draft tokens\) must be an integer"):
             d.propose(k, SamplingConfig(0.0))
         tokens, q = d.propose(2, SamplingConfig(0.0))  # still usable
-        assert tokens.shape == (2,) and q.shape == (2, 64)
+        assert tokens.shape == (2,) and len(q) == 2
 
 
 def test_sample_draft_feeds_each_prefix_once_in_order_and_returns_the_rows_it_drew_from():
@@ -100,15 +104,27 @@ def test_sample_draft_feeds_each_prefix_once_in_order_and_returns_the_rows_it_dr
         return logits
 
     tokens, q = sample_draft(4, SamplingConfig(1.0), torch.Generator().manual_seed(0),
-                             logits_after)
+                             logits_after, V)
     assert tokens.dtype == torch.long and tokens.tolist() == [1, 4, 7, 10]
     assert seen == [[], [1], [1, 4], [1, 4, 7]]  # never after the last draft
-    torch.testing.assert_close(q, torch.softmax(torch.stack(
+    torch.testing.assert_close(q.dense(), torch.softmax(torch.stack(
         [logits_after(tokens[:j]) for j in range(4)]), -1))
     seen.clear()
     with pytest.raises(ValueError, match=r"k \(number of draft tokens\) must be"):
-        sample_draft(0, SamplingConfig(0.0), None, logits_after)
+        sample_draft(0, SamplingConfig(0.0), None, logits_after, V)
     assert seen == []  # checked before any logits are computed
+
+
+def test_sample_draft_stops_where_the_drafter_abstains():
+    V = 7
+
+    def predict_after(drafts):  # a point mass on len(drafts), abstaining after two drafts
+        return None if len(drafts) == 2 else PointMass(torch.tensor([len(drafts)]), V)
+
+    tokens, q = sample_draft(5, SamplingConfig(0.7), None, predict_after, V)
+    assert tokens.tolist() == [0, 1] and q.tokens.tolist() == [0, 1]
+    tokens, q = sample_draft(5, SamplingConfig(0.0), None, lambda d: None, V)
+    assert tokens.shape == (0,) and len(q) == 0 and q.vocab_size == V
 
 
 def test_vocab_mismatch_names_the_drafter(tiny_llama):
@@ -146,7 +162,7 @@ def test_stacked_drafters_equal_separate_ones(tiny_llama, tied):
         tok_a, q_a = group[i].propose(3, sampling, torch.Generator().manual_seed(i))
         tok_b, q_b = singles[i].propose(3, sampling, torch.Generator().manual_seed(i))
         assert tok_a.tolist() == tok_b.tolist()
-        torch.testing.assert_close(q_a, q_b, atol=1e-5, rtol=1e-5)
+        torch.testing.assert_close(q_a.dense(), q_b.dense(), atol=1e-5, rtol=1e-5)
     with pytest.raises(ValueError, match="differ"):
         group[0].extend(torch.tensor([11]))
         group[1].extend(torch.tensor([12]))

@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 import torch
 
+from spec_adapters.core.proposal import PointMass, Sparse, warp
 from spec_adapters.core.sampling import SamplingConfig
 from spec_adapters.drafters.ngram import NGramDrafter, PromptLookupDrafter, context_keys
 
@@ -96,10 +97,10 @@ def test_extend_rows_equal_prefix_log_probs(corpus):
     chunk = torch.tensor([5, 6, 7, 3])
     d.start(prompt)
     rows = d.extend(chunk)
-    assert rows.shape == (4, 16)
+    assert isinstance(rows, Sparse) and len(rows) == 4
     ctx = prompt.tolist()
     for j, t in enumerate(chunk.tolist()):
-        torch.testing.assert_close(rows[j], d.log_probs(ctx))
+        torch.testing.assert_close(rows.dense()[j].log(), d.log_probs(ctx))
         ctx.append(t)
 
 
@@ -108,12 +109,11 @@ def test_greedy_propose_follows_the_corpus_and_commits_nothing(corpus):
     d.start(torch.tensor([12, 13]))
     tokens, q = d.propose(5, GREEDY, None)
     assert tokens.tolist() == [14, 15, 11, 12, 13]
-    assert q.shape == (5, 16)
-    assert torch.equal(q.argmax(-1), tokens)
+    assert isinstance(q, PointMass) and torch.equal(q.tokens, tokens)
     again, _ = d.propose(5, GREEDY, None)
     assert torch.equal(tokens, again)  # propose did not move the context
     rows = d.extend(torch.tensor([14]))
-    torch.testing.assert_close(rows[0], d.log_probs([12, 13]))
+    torch.testing.assert_close(rows.dense()[0].log(), d.log_probs([12, 13]))
 
 
 def test_sampled_propose_uses_the_warped_q_and_is_seeded(corpus):
@@ -121,10 +121,11 @@ def test_sampled_propose_uses_the_warped_q_and_is_seeded(corpus):
     d.start(torch.tensor([3, 4]))
     a, qa = d.propose(6, WARM, torch.Generator().manual_seed(5))
     b, qb = d.propose(6, WARM, torch.Generator().manual_seed(5))
-    assert torch.equal(a, b) and torch.equal(qa, qb)
+    assert torch.equal(a, b) and torch.equal(qa.dense(), qb.dense())
+    assert isinstance(qa, Sparse)  # temperature alone keeps the mixture sparse
     ctx = [3, 4]
     for j, t in enumerate(a.tolist()):
-        torch.testing.assert_close(qa[j], WARM.probs(d.log_probs(ctx)))
+        torch.testing.assert_close(qa.dense()[j], WARM.probs(d.log_probs(ctx)))
         ctx.append(t)
 
 
@@ -176,7 +177,7 @@ def test_both_drafters_reject_a_bad_draft_length_and_stay_usable(corpus, k):
         with pytest.raises(ValueError, match=r"k \(number of draft tokens\) must be"):
             d.propose(k, GREEDY, None)
         tokens, q = d.propose(2, GREEDY, None)
-        assert tokens.shape == (2,) and q.shape == (2, 16)
+        assert tokens.shape == (2,) and len(q) == 2
 
 
 def naive_prompt_lookup(context, V, max_ngram):
@@ -190,12 +191,12 @@ def test_prompt_lookup_matches_naive_reference():
     rng = np.random.default_rng(3)
     for _ in range(5):
         ctx = rng.integers(0, 4, size=30).tolist()
-        d = PromptLookupDrafter(V, max_ngram=3)
+        d = PromptLookupDrafter(V, max_ngram=3, abstain=False)
         d.start(torch.tensor(ctx[:10]))
-        rows = d.extend(torch.tensor(ctx[10:]))
+        rows = d.extend(torch.tensor(ctx[10:])).dense()
         for j in range(len(ctx) - 10):
             want = naive_prompt_lookup(ctx[: 10 + j], V, 3)
-            np.testing.assert_allclose(rows[j].exp().double().numpy(), want, rtol=1e-5)
+            np.testing.assert_allclose(rows[j].double().numpy(), want, rtol=1e-5)
 
 
 def test_prompt_lookup_copies_from_the_prompt_and_from_its_own_drafts():
@@ -206,10 +207,11 @@ def test_prompt_lookup_copies_from_the_prompt_and_from_its_own_drafts():
     tokens, q = d.propose(6, GREEDY, None)
     # copies 12..15 from the prompt, then 20, 21 (which followed 15 once)
     assert tokens.tolist() == [12, 13, 14, 15, 20, 21]
-    assert torch.allclose(q.sum(-1), torch.ones(6))
-    # no match at all: uniform
+    assert torch.allclose(q.dense().sum(-1), torch.ones(6))
+    # no match at all: uniform without abstention
+    d = PromptLookupDrafter(V, max_ngram=2, abstain=False)
     d.start(torch.tensor([1, 2, 3]))
-    p = d.extend(torch.tensor([4]))[0].exp()
+    p = d.extend(torch.tensor([4])).dense()[0]
     torch.testing.assert_close(p, torch.full((V,), 1.0 / V))
 
 
@@ -226,14 +228,14 @@ def test_context_weight_adds_the_querys_own_ngrams(corpus):
     base = unigram_base(corpus, V, alpha)
     ctx = [9, 10, 9, 10, 12, 13, 14, 9, 10, 9, 10, 12]
     d.start(torch.tensor(ctx[:4]))
-    rows = d.extend(torch.tensor(ctx[4:]))
+    rows = d.extend(torch.tensor(ctx[4:])).dense()
     for j in range(len(ctx) - 4):
         want = naive_witten_bell(corpus, ctx[:4 + j], V, order, base, w)
-        np.testing.assert_allclose(rows[j].exp().double().numpy(), want, rtol=1e-5, atol=1e-7)
+        np.testing.assert_allclose(rows[j].double().numpy(), want, rtol=1e-5, atol=1e-7)
     # pure corpus drafter: the query's repeats do not count
     plain = NGramDrafter.from_corpus(corpus, V, order=order, alpha=alpha)
     plain.start(torch.tensor(ctx[:4]))
-    np.testing.assert_allclose(plain.extend(torch.tensor(ctx[4:]))[-1].exp().double().numpy(),
+    np.testing.assert_allclose(plain.extend(torch.tensor(ctx[4:])).dense()[-1].double().numpy(),
                                naive_witten_bell(corpus, ctx[:-1], V, order, base), rtol=1e-5)
     # round trip keeps the weight
     assert NGramDrafter.load(d.save(Path(tempfile.mkdtemp()) / "d.npz")).context_weight == w
@@ -255,3 +257,67 @@ def test_document_weights_equal_repeating_the_document(corpus):
         torch.testing.assert_close(weighted.log_probs(ctx), repeated.log_probs(ctx))
     with pytest.raises(ValueError, match="one positive number per document"):
         NGramDrafter.from_corpus(corpus[:2], 16, weights=[1.0, 0.0])
+
+
+def test_prompt_lookup_abstains_where_nothing_matches_and_stops_its_draft():
+    V = 30
+    d = PromptLookupDrafter(V, max_ngram=2)  # abstain is the default
+    d.start(torch.tensor([1, 2, 3]))
+    for sampling in (GREEDY, WARM):
+        tokens, q = d.propose(4, sampling, torch.Generator().manual_seed(0))
+        assert tokens.shape == (0,) and len(q) == 0  # no earlier occurrence of 3
+    d.start(torch.tensor([5, 6, 7, 5]))
+    tokens, q = d.propose(4, GREEDY, None)
+    assert tokens.tolist() == [6, 7, 5, 6]  # copies, the draft's own repeats included
+    d.start(torch.tensor([5, 6, 9, 5]))
+    tokens, _ = d.propose(4, GREEDY, None)
+    assert tokens.tolist() == [6, 9, 5, 6]
+    # extend: the zero measure where it would have abstained, the mixture elsewhere
+    d.start(torch.tensor([1, 2]))
+    rows = d.extend(torch.tensor([1, 8]))  # after [1, 2]: no match; after [1, 2, 1]: 2 follows 1
+    dense = rows.dense()
+    assert float(dense[0].sum()) == 0.0 and abs(float(dense[1].sum()) - 1) < 1e-6
+    assert warp(rows, GREEDY).tokens.tolist() == [-1, 2]
+    warm = warp(rows, WARM).dense()
+    assert float(warm[0].sum()) == 0.0
+    torch.testing.assert_close(warm[1], WARM.probs(dense[1].log()))
+
+
+def test_ngram_abstains_only_when_asked_and_nothing_matches(corpus):
+    quiet = NGramDrafter.from_corpus(corpus, 20, order=3, abstain=True)
+    loud = NGramDrafter.from_corpus(corpus, 20, order=3)
+    for d in (quiet, loud):
+        d.start(torch.tensor([3, 19]))  # 19 never occurs in the corpus
+    assert quiet.propose(3, GREEDY, None).tokens.shape == (0,)
+    tokens, _ = loud.propose(3, GREEDY, None)
+    assert tokens.shape == (3,)
+    assert int(tokens[0]) == int(loud.log_probs([3, 19]).argmax())  # the unigram base's argmax
+
+
+def test_greedy_ngram_work_builds_nothing_of_the_vocabulary_size(corpus, monkeypatch):
+    """Under greedy decoding an n-gram drafter's propose, extend and warp never allocate a
+    tensor with V entries (V chosen larger than any support here)."""
+    V = 5000
+    d = NGramDrafter.from_corpus(corpus, V, order=3, context_weight=1.0)
+    d._base.order  # noqa: B018 - the base's order is computed once per drafter, not per round
+    big = []
+
+    class Watch(torch.overrides.TorchFunctionMode):
+        def __torch_function__(self, func, types, args=(), kwargs=None):
+            out = func(*args, **(kwargs or {}))
+            for t in (out if isinstance(out, tuple | list) else [out]):
+                if isinstance(t, torch.Tensor) and t.numel() >= V:
+                    big.append(getattr(func, "__name__", str(func)))
+            return out
+
+    d.start(torch.tensor([3, 4, 12, 13]))
+    with Watch():
+        tokens, q = d.propose(5, GREEDY, None)
+        rows = warp(d.extend(tokens), GREEDY)
+    assert big == []
+    assert isinstance(q, PointMass) and isinstance(rows, PointMass)
+    assert tokens.tolist()[:3] == [14, 15, 11]
+    # the watch does see V-sized work: a dense warp is caught
+    with Watch():
+        warp(d.extend(torch.tensor([1])), SamplingConfig(temperature=0.7, top_k=3))
+    assert big

@@ -122,7 +122,8 @@ def test_prepared_fixture_domains_load(setup):
 
 
 def test_drafters_hand_out_valid_distributions(setup):
-    from spec_adapters.core.sampling import SamplingConfig, check_distribution
+    from spec_adapters.core.proposal import warp
+    from spec_adapters.core.sampling import SamplingConfig
 
     root, model, tok = setup
     pool = load_pool(model, tok, root / "cache", _cfg(), progress=False)
@@ -131,10 +132,10 @@ def test_drafters_hand_out_valid_distributions(setup):
     for d in pool.drafters:
         d.start(ids)
         toks, q = d.propose(3, sampling, torch.Generator().manual_seed(0))
-        assert toks.shape == (3,) and q.shape == (3, d.vocab_size)
-        check_distribution(q, d.name)
-        assert bool((q[torch.arange(3), toks] > 0).all())  # drafts were drawn from q
-        check_distribution(sampling.probs(d.extend(toks)), d.name)
+        assert toks.shape == (3,) and (len(q), q.vocab_size) == (3, d.vocab_size)
+        q.check(d.name)
+        assert bool((q.prob(toks) > 0).all())  # drafts were drawn from q
+        warp(d.extend(toks), sampling).check(d.name)
 
 
 def test_pool_folder_does_not_depend_on_how_the_cache_path_is_spelled(setup):

@@ -86,7 +86,7 @@ def test_a_lossy_acceptance_rule_is_detected(sharp_pool, monkeypatch):
     target, drafters = sharp_pool
     warp = {"temperature": 1.0, "top_k": None, "top_p": 1.0}
 
-    def accept_all(p, q, draft, generator=None):
+    def accept_all(p, q, draft, generator=None, **_):
         k = draft.numel()
         return k, int(torch.multinomial(p[k], 1, generator=generator))
 

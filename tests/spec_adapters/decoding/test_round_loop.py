@@ -169,7 +169,7 @@ class Malformed(UnigramDrafter):
 
 @pytest.mark.parametrize(("mangle", "match"), [
     (lambda t, q: (torch.cat([t, t[:1]]), q), r"tokens must have shape \(3,\)"),
-    (lambda t, q: (t[:2], q[:2]), r"tokens must have shape \(3,\)"),
+    (lambda t, q: (t[:2], q), r"q must have shape \(2, 96\)"),  # fewer tokens: fine
     (lambda t, q: (torch.full_like(t, V), q), r"token ids must be in \[0, 96\)"),
     (lambda t, q: (t - 100, q), r"token ids must be in \[0, 96\)"),
     (lambda t, q: (t.float(), q), "tokens must be an integer tensor"),
