@@ -47,3 +47,8 @@ def overwrite_with(path: Path, other: Path) -> None:
 
 FILE_FAULTS = {"flip64": flip_bytes, "flip1-keep-mtime": flip_one_bit_keep_mtime,
                "truncate": truncate, "empty": empty, "delete": delete}
+
+
+def on(file_name: str, damage):
+    """``damage`` applied to ``folder / file_name``: a fault of a folder artefact."""
+    return lambda folder: damage(folder / file_name)

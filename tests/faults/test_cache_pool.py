@@ -135,6 +135,8 @@ def _sidecar_faults():
         "traversal": ("ngram-code", edit(vouch_for(lambda e, es: Path("/etc/hostname")))),
         "other-entry": ("ngram-code",
                         edit(vouch_for(lambda e, es: _files(es["ngram-math"])[0]))),
+        "extra-name": ("eagle-code", edit(lambda m, e, es: m["files"].update(  # true digest
+            integrity.file_digests(e.folder, es["ngram-math"].files)))),
         "settings": ("ngram-code", edit(lambda m, e, es: m["settings"].update(order=9))),
         "kind": ("router", edit(lambda m, e, es: m.update(kind="ngram"))),
         "format": ("ngram-code", edit(lambda m, e, es: m.update(format=1))),
