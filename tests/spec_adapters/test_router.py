@@ -91,3 +91,12 @@ def test_packaged_minilm_embeds_offline():
     assert E.shape == (3, 384)
     np.testing.assert_allclose(np.linalg.norm(E, axis=1), 1.0, atol=1e-5)
     assert E[0] @ E[1] > E[0] @ E[2] + 0.2
+
+
+def test_router_with_non_finite_weights_is_not_loaded(tmp_path):
+    keys, texts, labels = _data()
+    r = Router(keys, embedder=_KeywordEmbedder(keys)).fit(texts, labels)
+    r.W[1, 2] = np.nan
+    path = r.save(tmp_path / "router.npz")
+    with pytest.raises(ValueError, match=r"router\.npz holds non-finite router weights"):
+        Router.load(path)
