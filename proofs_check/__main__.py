@@ -12,7 +12,8 @@ import sys
 
 import torch
 
-from proofs_check.checks import CHECKS, CheckResult, Settings
+from proofs_check.checks import CHECKS
+from proofs_check.result import CheckResult, Settings
 
 
 def format_table(rows: list[CheckResult]) -> str:

@@ -9,7 +9,9 @@ import torch
 
 import spec_adapters.core.sampling as sampling
 from proofs_check import __main__ as cli
-from proofs_check.checks import Settings, check_theorem1, check_theorem3
+from proofs_check.check_acceptance import check_theorem1
+from proofs_check.check_estimators import check_theorem3
+from proofs_check.result import Settings
 
 torch.set_num_threads(1)
 
