@@ -61,7 +61,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from spec_adapters.app.log import log as _log
-from spec_adapters.store.atomic import atomic_folder, build_lock
+from spec_adapters.store.atomic import atomic_folder, build_lock, sweep
 from spec_adapters.store.integrity import CacheError, expect_digests, file_digests, verify_files
 
 __all__ = [
@@ -676,6 +676,7 @@ def prepare_domains(cache_dir: str | os.PathLike, domains: Iterable[str] | None 
     why = {d: "rebuild forced" if force else _problem(_folder(cache_dir, d)) for d in names}
     todo = [d for d in names if why[d] is not None]
     if not todo:
+        sweep(Path(cache_dir) / "domains")
         return {d: json.loads((_folder(cache_dir, d) / "meta.json").read_text()) for d in names}
     try:
         with build_lock(Path(cache_dir) / "domains"):

@@ -44,7 +44,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from spec_adapters.app.log import log as _log
-from spec_adapters.store.atomic import atomic_folder, build_lock, temporaries
+from spec_adapters.store.atomic import atomic_folder, build_lock, sweep
 from spec_adapters.store.integrity import CacheError, expect_digests, file_digests, verify_files
 from spec_adapters.vllm.target_pool import target_id
 
@@ -469,7 +469,8 @@ def build_pool(model, tokenizer, cache_dir, config: PoolConfig | None = None, *,
         return [(e, why) for e, why in out if why is not None]
 
     todo = problems()
-    if not todo and not temporaries(folder):
+    if not todo:
+        sweep(folder)
         return folder
     try:
         with build_lock(folder):
@@ -477,8 +478,6 @@ def build_pool(model, tokenizer, cache_dir, config: PoolConfig | None = None, *,
             if todo:
                 _build(model, tokenizer, cache_dir, cfg, domains, entries, todo, V, progress)
     except CacheError as err:
-        if not todo:  # only temporaries to clean in a read-only folder: nothing is wrong
-            return folder
         e, why = todo[0]
         raise PoolCorruptError(f"pool entry {e.path} cannot be rebuilt ({why}): {err}") \
             from None

@@ -34,7 +34,7 @@ import sys
 import time
 from pathlib import Path
 
-from spec_adapters.store.atomic import atomic_folder, build_lock
+from spec_adapters.store.atomic import atomic_folder, build_lock, sweep
 from spec_adapters.store.integrity import CacheError, expect_digests, file_digests, verify_files
 
 __all__ = [
@@ -280,6 +280,7 @@ def load_target(path: str | os.PathLike | None = None,
     folder = _cache_folder(src, cache_dir)
     why = _cache_problem(folder, src)
     if why is None:
+        sweep(folder.parent)
         try:
             return _load_folder(folder, dtype)
         except Exception as err:  # any failure to load a verified cache means: rebuild it

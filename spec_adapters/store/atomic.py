@@ -14,6 +14,7 @@ live build is writing them; the kernel drops the lock of a killed process.
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import os
 import shutil
@@ -24,7 +25,7 @@ from pathlib import Path
 
 from spec_adapters.store.integrity import CacheError
 
-__all__ = ["atomic_folder", "build_lock", "temporaries"]
+__all__ = ["atomic_folder", "build_lock", "sweep", "temporaries"]
 
 
 @contextmanager
@@ -96,3 +97,11 @@ def build_lock(folder: str | Path) -> Iterator[Path]:
         yield folder
     finally:
         os.close(fd)
+
+
+def sweep(folder: str | Path) -> None:
+    """Remove the temporaries of killed builds from ``folder`` if there are any and it can be
+    written (under :func:`build_lock`); a read-only folder is left as it is."""
+    if temporaries(folder):
+        with contextlib.suppress(CacheError), build_lock(folder):
+            pass

@@ -143,3 +143,12 @@ def test_a_local_model_folder_with_nan_is_refused(copy):
     save_file(state, str(w), metadata={"format": "pt"})
     with pytest.raises(ValueError, match="holds non-finite weights"):
         load_target(folder)
+
+
+def test_a_killed_conversions_folder_goes_on_the_next_load(copy):
+    gguf, cache, folder, _ = copy
+    left = cache / "models" / f".{folder.name}.tmp-abc123"
+    left.mkdir()
+    (left / "model.safetensors").write_bytes(b"\0" * 4096)
+    load_target(gguf, cache_dir=cache)
+    assert [p.name for p in (cache / "models").iterdir()] == [folder.name]

@@ -219,3 +219,16 @@ def test_pools_of_other_settings_coexist(world, pool, capsys):
         assert small.paths[own] != world.entries(folder)[own].path
     load_pool(world.model, world.tok, cache, world.cfg, progress=False)  # the default again
     assert "built" not in capsys.readouterr().err
+
+
+def test_leftovers_of_killed_builds_go_even_when_nothing_needs_building(world, pool, capsys):
+    folder, entries = pool
+    left = [folder / f".{entries['eagle-code'].key}.tmp-4242", folder / "x.npz.tmp.npz",
+            folder / f"{entries['router'].sidecar.name}.tmp"]
+    left[0].mkdir()
+    (left[0] / "model.safetensors").write_bytes(b"\0" * 4096)
+    for p in left[1:]:
+        p.write_bytes(b"half")
+    load_pool(world.model, world.tok, folder.parents[1], world.cfg, progress=False)
+    assert not any(p.exists() for p in left) and "built" not in capsys.readouterr().err
+    _same_as_reference(world, folder)
