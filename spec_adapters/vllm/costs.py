@@ -9,6 +9,20 @@ step scheduled (every row's previous draft plus its bonus token; a new row's pro
 :class:`StepTimeModel` fits ``T(n) = a + b n`` by exponentially weighted least squares over
 those ``(n, seconds)`` pairs; ``b >= 0`` and ``a >= 0`` are enforced. With one token count seen
 so far the slope is unknown and taken as 0 (only the intercept is then identified).
+
+Batch-aware expert costs (:meth:`StepTimeModel.expert_costs`). A step of ``B`` requests, request
+``r`` verifying ``k_r + 1`` tokens, takes ``T = a + b sum_r (k_r + 1)`` and yields
+``sum_r AL_r`` tokens. Charging request ``r``
+
+.. math:: c_r(k) = a / B + b (k + 1)
+
+splits the step exactly (``sum_r c_r(k_r) = T``), so the batch's time per token
+``sum_r c_r / sum_r AL_r`` is minimised, Dinkelbach-linearised at the batch's time per token
+``tau``, by each request minimising its own ``c_r(k) - tau AL_r(k)``: a draft costs the time its
+``k`` tokens add to the *whole* step (``b k``), not the step's latency to the request. With
+``B = 1`` this is the step latency ``T(k + 1)``; at large ``B`` the shared ``a`` vanishes and a
+drafted token pays only when its acceptance probability exceeds ``b / tau`` -- on a CPU, where
+``b`` dominates, speculation then switches itself off.
 """
 
 from __future__ import annotations
@@ -62,3 +76,13 @@ class StepTimeModel:
         """Predicted seconds of a step scheduling ``n_tokens`` (array-like)."""
         a, b = self.coefficients()
         return a + b * np.asarray(n_tokens, dtype=np.float64)
+
+    def expert_costs(self, n_requests: int, max_k: int) -> np.ndarray:
+        """``c(k) = a / B + b (k + 1)`` for ``k = 0 .. K``: one request's share of a step of
+        ``B = n_requests`` requests when it drafts ``k`` tokens (module docstring)."""
+        if isinstance(n_requests, bool) or int(n_requests) != n_requests or n_requests < 1:
+            raise ValueError(f"n_requests must be an integer >= 1, got {n_requests!r}")
+        if isinstance(max_k, bool) or int(max_k) != max_k or max_k < 0:
+            raise ValueError(f"max_k must be an integer >= 0, got {max_k!r}")
+        a, b = self.coefficients()
+        return a / int(n_requests) + b * np.arange(1, int(max_k) + 2, dtype=np.float64)

@@ -58,7 +58,7 @@ class Round:
     start: int
     drafts: np.ndarray   # (N, K) int64
     arm: int
-    costs: np.ndarray    # (K + 1,) predicted seconds of the step for k = 0 .. K
+    costs: np.ndarray    # (K + 1,) the request's share of the step for k = 0 .. K
 
 
 @dataclass
@@ -77,7 +77,6 @@ class RequestState:
     tail: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
     draft: list[int] = field(default_factory=list)
     pending: deque = field(default_factory=deque)
-    tau: float | None = None   # seconds per generated token achieved so far (EMA)
     idle: int = 0
 
     def extends(self, buf: np.ndarray, sampled: list[int]) -> bool:
@@ -141,6 +140,7 @@ class HedgeSpecProposer:
         self._policy_spec = self._resolve_policy(config)
         make_policy(self._policy_spec, self.n_experts)  # fail now, not at the first request
         self.step_time = StepTimeModel()
+        self.tau: float | None = None  # the batch's seconds per generated token (EMA)
         self.states: dict[int, RequestState] = {}
         self._next_uid = 0
         self._last_call: float | None = None
@@ -196,20 +196,20 @@ class HedgeSpecProposer:
             scheduled += len(st.draft) + 1 if st.n_tokens else n - len(sampled)
             claimed.add(st.uid)
             rows.append((st, buf, sampled))
+        live = [row for row in rows if row is not None]
         if seconds is not None and scheduled > 0:
             self.step_time.observe(scheduled, seconds)
+            per_token = seconds / sum(len(sampled) for _st, _buf, sampled in live)
+            self.tau = per_token if self.tau is None else 0.8 * self.tau + 0.2 * per_token
+        costs = self.step_time.expert_costs(max(len(live), 1), self.K)
         out = []
         for row in rows:
             if row is None:
                 out.append([])
                 continue
-            st, buf, sampled = row
-            if st.n_tokens and seconds is not None:
-                per_token = seconds / len(sampled)
-                st.tau = per_token if st.tau is None else 0.8 * st.tau + 0.2 * per_token
-            others = scheduled - (len(st.draft) + 1)
+            st, buf, _sampled = row
             self._feed(st, buf)
-            out.append(self._draft(st, buf, max(others, 0)))
+            out.append(self._draft(st, buf, costs))
         self._forget_idle(claimed)
         return out
 
@@ -247,7 +247,7 @@ class HedgeSpecProposer:
             rd = st.pending.popleft()
             verified = buf[rd.start:rd.start + K]
             gamma = (rd.drafts == verified[None, :]).astype(np.float64)  # point masses
-            losses = self._losses(gamma, rd.costs, st.tau)
+            losses = self._losses(gamma, rd.costs, self.tau)
             st.policy.feed(rd.round_id, losses if st.policy.full_information
                            else float(losses[rd.arm]))
 
@@ -258,7 +258,7 @@ class HedgeSpecProposer:
         return expert_losses(gamma, costs=np.broadcast_to(costs, (len(gamma), self.K + 1)),
                              loss="time", tau=tau)
 
-    def _draft(self, st: RequestState, buf: np.ndarray, others: int) -> list[int]:
+    def _draft(self, st: RequestState, buf: np.ndarray, costs: np.ndarray) -> list[int]:
         """Every drafter's draft (the round's counterfactuals); return the played expert's."""
         K, n = self.K, len(buf)
         drafts = np.full((len(self.drafters), K), -1, np.int64)
@@ -267,7 +267,6 @@ class HedgeSpecProposer:
             drafts[i, :len(toks)] = toks
         round_id, arm = st.policy.play(st.rng)
         i, k = expert_of(arm, K) if self.config.cost_aware else (arm, K)
-        costs = self.step_time(others + 1 + np.arange(K + 1))
         st.pending.append(Round(round_id, n, drafts, arm, costs))
         k = max(0, min(k, self.max_model_len - n - 1))
         chosen = drafts[i, :k]

@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 
 from spec_adapters.vllm.config import ProposerConfig, load_config
+from spec_adapters.vllm.costs import StepTimeModel
 from spec_adapters.vllm.drafters import CorpusNGram, PromptLookup, load_pool_folder
 from spec_adapters.vllm.proposer import HedgeSpecProposer
 
@@ -257,3 +258,35 @@ def test_default_pool_is_the_folder_the_application_builds_and_is_loaded(tmp_pat
     assert proposer().names[-1] == "ngram-code-abc"
     assert proposer(pool=None).names[-1] == "prompt-lookup-4"
     assert proposer(cache_dir=str(tmp_path / "elsewhere")).names[-1] == "prompt-lookup-4"
+
+
+# ------------------------------------------------------------------------------ batch costs
+def _fitted(a: float, b: float) -> StepTimeModel:
+    model = StepTimeModel()
+    for n in range(1, 41):
+        model.observe(n, a + b * n)
+    return model
+
+
+def test_expert_costs_split_the_whole_step_among_the_batch():
+    model = _fitted(0.02, 0.001)
+    np.testing.assert_allclose(model.coefficients(), (0.02, 0.001), rtol=1e-9)
+    np.testing.assert_allclose(model.expert_costs(1, 4), model(np.arange(1, 6)))  # latency
+    k = np.random.default_rng(0).integers(0, 5, size=16)
+    shares = model.expert_costs(16, 4)[k]
+    np.testing.assert_allclose(shares.sum(), model(np.sum(k + 1)))  # the step, exactly
+    with pytest.raises(ValueError, match="n_requests must be an integer >= 1"):
+        model.expert_costs(0, 4)
+
+
+@pytest.mark.parametrize(("batch", "speculates"), [(1, True), (16, False)])
+def test_speculation_switches_off_where_drafted_tokens_cost_the_batch(batch, speculates):
+    from spec_adapters.core.draft_cost import expert_losses
+
+    costs = _fitted(0.02, 0.002).expert_costs(batch, 4)
+    gamma = np.full((1, 4), 0.5)
+    al = 1 + np.concatenate([[0.0], np.cumsum(0.5 ** np.arange(1, 5))])  # by hand
+    ratio = costs / al  # seconds per token of drafting k, k = 0..4
+    assert (ratio[1:].min() < ratio[0]) == speculates
+    losses = expert_losses(gamma, costs=costs[None, :], loss="time", tau=costs[0])
+    assert (int(np.argmin(losses)) > 0) == speculates
