@@ -23,21 +23,10 @@ Sections (each a list of *runs*; one run = one method on one prompt, one JSONL r
 ``poolsize``  Fig. 5b: HedgeSpec / EXP3Spec / UCBSpec MAT as the pool grows to 32 drafters.
 ``overhead``  Table 2: target step, one drafter step, evaluation of N drafters, learner update.
 
-Derived methods (no extra decoding): ``generalist`` = ``fixed:ngram-general``; ``specialist``
-= the fixed run of the query's own domain drafter; ``router`` = the fixed run of the drafter
-the router picks (its embedding time added); ``oracle`` = per query, the fixed run with the
-best MAT in hindsight. With a fixed seed a fixed-policy run is deterministic, so these are
-exactly what those methods would have produced.
-
-MAT (mean accepted tokens per target call, bonus token included) and tokens/s are aggregated
-over queries as ``sum(new tokens) / sum(target calls)`` and ``sum(new tokens) / sum(seconds)``
-(wall clock of the whole call, prefill included). Speed-ups are ratios of tokens/s on the same
-prompts: ``speedup_target`` against ``target``, ``speedup_hf_lookup`` against
-``hf-prompt-lookup``. The non-target time of a round is everything but the verification pass
-(select + draft + evaluate + update, from the decoders' per-step ``*_seconds``):
-``non_target_ms_per_round = sum(those seconds) / sum(rounds)`` (a round is a target call) and
-``non_target_per_verify = sum(those seconds) / sum(verify seconds)``; the prefill is in
-neither. Per query, learner state is reset (the decoders' default).
+Per query, learner state is reset (the decoders' default). The records are aggregated by
+:mod:`spec_adapters.app.bench_aggregate` (MAT, tokens/s, speed-ups, the derived methods
+``generalist`` / ``specialist`` / ``router`` / ``oracle``), written out as Markdown by
+:mod:`spec_adapters.app.bench_tables` and drawn by :mod:`spec_adapters.app.bench_plots`.
 
 Presets (:data:`PRESETS`) and the commands that run them::
 
@@ -56,23 +45,23 @@ import json
 import random
 import time
 from collections import defaultdict
-from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
 
+from spec_adapters.app.bench_aggregate import aggregate
+from spec_adapters.app.bench_plots import plot
+from spec_adapters.app.bench_tables import markdown_tables
 from spec_adapters.app.log import log
 from spec_adapters.app.measure import median_ms, run_decoder
 
-__all__ = ["PRESETS", "BenchConfig", "aggregate", "markdown_tables", "plot", "run_bench",
-           "speed_tables"]
+__all__ = ["PRESETS", "BenchConfig", "run_bench", "with_overrides"]
 
 POLICIES = ("normalhedge", "normalhedge-cost", "hedge", "adahedge", "exp3spec", "ucbspec",
             "metasd-ucb")
 # a benchmark method name -> (the decoder's policy, cost_aware)
 DECODER_POLICIES = {m: (m, False) for m in POLICIES} | {"normalhedge-cost": ("normalhedge", True)}
-NON_TARGET_STEPS = ("select", "draft", "eval", "update")
 VARIANTS = {
     "prefix": "You are a careful assistant. Read the request below and reply helpfully.\n\n{p}",
     "twice": "{p}\n\nAnswer twice and pick the better answer.",
@@ -518,296 +507,6 @@ def _overheads(model, tokenizer, pool, domains, cfg: BenchConfig, out: Path) -> 
     res["threads"] = torch.get_num_threads()
     f.write_text(json.dumps(res, indent=1))
     return res
-
-
-# ------------------------------------------------------------------------------------------
-# aggregation, tables, figures
-# ------------------------------------------------------------------------------------------
-def _agg(rows: Sequence[dict]) -> dict:
-    """MAT, tokens/s and (decoder runs: all ``rows`` have ``timing``) the verify and non-target
-    time per round, pooled over ``rows`` (see the module docstring)."""
-    tok = sum(r["new_tokens"] for r in rows)
-    calls = sum(r["target_calls"] for r in rows)
-    sec = sum(r["seconds"] for r in rows)
-    cpu = sum(r.get("cpu_seconds", np.nan) for r in rows)
-    out = {"mat": tok / calls if calls else None, "tok_s": tok / sec if sec else None,
-           "tok_cpu_s": tok / cpu if cpu and np.isfinite(cpu) else None,
-           "queries": len(rows), "new_tokens": tok, "rounds": calls,
-           "verify_ms_per_round": None, "non_target_ms_per_round": None,
-           "non_target_per_verify": None}
-    if rows and calls and all("timing" in r for r in rows):
-        verify = sum(r["timing"]["verify"] for r in rows)
-        other = sum(r["timing"][s] for r in rows for s in NON_TARGET_STEPS)
-        out |= {"verify_ms_per_round": 1e3 * verify / calls,
-                "non_target_ms_per_round": 1e3 * other / calls,
-                "non_target_per_verify": other / verify if verify else None}
-    return out
-
-
-def _speedups(table: dict) -> None:
-    """Add ``speedup_target`` / ``speedup_hf_lookup`` (tokens/s ratios) to every method and
-    scope (mixed, each domain) of one temperature's ``table`` (method -> scope -> agg)."""
-    for v in table.values():
-        for scope, a in v.items():
-            for key, ref in (("speedup_target", "target"),
-                             ("speedup_hf_lookup", "hf-prompt-lookup")):
-                base = table.get(ref, {}).get(scope, {}).get("tok_s")
-                a[key] = a["tok_s"] / base if base and a["tok_s"] is not None else None
-
-
-def _derived(rows_q: dict[str, dict], domain: str, pool, router_rows: dict) -> dict:
-    """generalist / specialist / oracle (/ router) runs of one query from its fixed runs."""
-    out = {}
-    fixed = {m[6:]: r for m, r in rows_q.items() if m.startswith("fixed:")}
-    if f"ngram-{domain}" in fixed:
-        out["specialist"] = fixed[f"ngram-{domain}"]
-    if "ngram-general" in fixed:
-        out["generalist"] = fixed["ngram-general"]
-    if fixed and len(fixed) == len(pool.names):
-        best = max(fixed, key=lambda n: (fixed[n]["new_tokens"] / max(1, fixed[n]["target_calls"]),
-                                         -fixed[n]["seconds"]))
-        out["oracle"] = {**fixed[best], "oracle_choice": best}
-    if router_rows and router_rows.get("routed") in fixed:
-        r = fixed[router_rows["routed"]]
-        out["router"] = {**r, "seconds": r["seconds"] + router_rows.get("s", 0.0),
-                         "cpu_seconds": r.get("cpu_seconds", np.nan) + router_rows.get("s", 0.0)}
-    return out
-
-
-def aggregate(records: list[dict], pool, cfg: BenchConfig, routes: dict | None = None) -> dict:
-    """Tables from raw records: Table 1, the main table (mixed stream and per domain, per
-    temperature), router robustness, pool-size sweep, regret curves."""
-    by_q: dict = defaultdict(dict)
-    for r in records:
-        if r["section"] == "main":
-            by_q[(r["qid"], r["temperature"])][r["method"]] = r
-    routes = routes or {}
-    main: dict = {}
-    table1: dict = defaultdict(dict)
-    per_method: dict = defaultdict(lambda: defaultdict(list))  # (temp, method) -> domain -> rows
-    for (qid, temp), rows_q in by_q.items():
-        domain = next(iter(rows_q.values()))["domain"]
-        all_rows = dict(rows_q)
-        all_rows |= _derived(rows_q, domain, pool, routes.get(qid, {}))
-        for m, r in all_rows.items():
-            per_method[(temp, m)][domain].append(r)
-    for (temp, m), doms in per_method.items():
-        t = main.setdefault(str(temp), {})
-        t[m] = {"mixed": _agg([r for rs in doms.values() for r in rs]),
-                **{d: _agg(rs) for d, rs in doms.items()}}
-        if temp == 0.0 and m.startswith("fixed:"):
-            for d, rs in doms.items():
-                table1[m[6:]][d] = _agg(rs)["mat"]
-    for t in main.values():
-        _speedups(t)
-    ratios = {}
-    for temp, t in main.items():
-        mix = {m: v["mixed"] for m, v in t.items()}
-        hs = mix.get("normalhedge", {}).get("mat")
-        if hs:
-            ratios[temp] = {f"normalhedge/{m}": (hs / mix[m]["mat"] if mix.get(m, {}).get("mat")
-                                                 else None)
-                            for m in ("generalist", "exp3spec", "ucbspec", "metasd-ucb",
-                                      "oracle")}
-            for key in ("tok_s", "tok_cpu_s"):
-                if mix.get("target", {}).get(key) and mix["normalhedge"].get(key):
-                    ratios[temp][f"{key} normalhedge/target"] = \
-                        mix["normalhedge"][key] / mix["target"][key]
-    variant = defaultdict(dict)
-    for r in records:
-        if r["section"] == "variant":
-            variant[r["method"]][r["qid"]] = r
-    variant_tab = {m: _agg(list(v.values())) for m, v in variant.items()}
-    variant_tab["routed_correctly"] = (
-        float(np.mean([r.get("routed_to") == r["domain"] for r in variant["router"].values()]))
-        if variant.get("router") else None)
-    sizes = defaultdict(lambda: defaultdict(list))
-    for r in records:
-        if r["section"] == "poolsize":
-            sizes[r["method"]][r["n"]].append(r)
-    poolsize = {m: {str(n): _agg(rs) for n, rs in sorted(v.items())} for m, v in sizes.items()}
-    return {"main": main, "table1": table1, "ratios": ratios, "variant": variant_tab,
-            "poolsize": poolsize, "regret": regret_curves(records, pool, cfg),
-            "drafters": pool.names}
-
-
-def regret_curves(records: list[dict], pool, cfg: BenchConfig,
-                  methods=("normalhedge", "exp3spec", "ucbspec", "metasd-ucb")) -> dict:
-    """Cumulative regret in tokens against the per-query hindsight-best fixed drafter, over the
-    rounds of the greedy mixed stream (queries in stream order):
-    ``R(t) = sum_{rounds s <= t} (MAT*_q(s) - (accepted_s + 1))``, ``MAT*_q`` the best fixed
-    drafter's MAT on the query that round ``s`` belongs to."""
-    by = defaultdict(dict)
-    order = []
-    for r in records:
-        if r["section"] == "main" and r["temperature"] == 0.0:
-            by[r["qid"]][r["method"]] = r
-            if r["qid"] not in order:
-                order.append(r["qid"])
-    curves = {}
-    for m in methods:
-        acc, total = [], 0.0
-        for qid in order:
-            rq = by[qid]
-            fixed = [v for k, v in rq.items() if k.startswith("fixed:")]
-            if m not in rq or not fixed:
-                continue
-            best = max(v["new_tokens"] / max(1, v["target_calls"]) for v in fixed)
-            for a in rq[m].get("accepted", []):
-                total += best - (a + 1)
-                acc.append(round(total, 4))
-        curves[m] = acc
-    return curves
-
-
-LABELS = {"target": "target alone", "generalist": "generalist (n-gram, mix)",
-          "specialist": "own-domain specialist", "router": "router (MiniLM + logreg)",
-          "exp3spec": "EXP3Spec", "ucbspec": "UCBSpec", "metasd-ucb": "MetaSD-UCB",
-          "normalhedge": "HedgeSpec (NormalHedge)",
-          "normalhedge-cost": "HedgeSpec cost-aware (NormalHedge, (drafter, k))",
-          "hedge": "HedgeSpec (Hedge)", "adahedge": "HedgeSpec (AdaHedge)",
-          "oracle": "hindsight oracle", "hf-prompt-lookup": "HF prompt lookup"}
-MAIN_ORDER = ("target", "hf-prompt-lookup", "generalist", "specialist", "router", "exp3spec",
-              "ucbspec", "metasd-ucb", "normalhedge", "hedge", "adahedge", "normalhedge-cost",
-              "oracle")
-
-
-def _f(x, fmt="{:.2f}"):
-    return "–" if x is None else fmt.format(x)
-
-
-def speed_tables(summary: dict, methods: Sequence[str] = MAIN_ORDER) -> list[str]:
-    """Markdown lines: per temperature and scope (mixed stream, then each domain), tokens/s,
-    speed-ups against the target and HF prompt lookup, MAT, and the non-target time per round
-    and its share of the verification time, for ``methods`` then the fixed drafters."""
-    lines = []
-    for temp, t in summary["main"].items():
-        rows = [m for m in methods if m in t] + sorted(m for m in t if m.startswith("fixed:"))
-        scopes = ["mixed", *sorted({d for v in t.values() for d in v if d != "mixed"})]
-        for scope in scopes:
-            lines += [f"### Speed, temperature {temp}, {scope}"
-                      + (" stream" if scope == "mixed" else " prompts"), "",
-                      "| method | tok/s | x target | x HF lookup | MAT | non-target ms / round "
-                      "| non-target / verify |", "|---|---|---|---|---|---|---|"]
-            for m in rows:
-                a = t[m].get(scope)
-                if a is None:
-                    continue
-                lines.append(f"| {LABELS.get(m, m)} | {_f(a['tok_s'], '{:.1f}')} | "
-                             f"{_f(a.get('speedup_target'))} | "
-                             f"{_f(a.get('speedup_hf_lookup'))} | {_f(a['mat'])} | "
-                             f"{_f(a.get('non_target_ms_per_round'), '{:.1f}')} | "
-                             f"{_f(a.get('non_target_per_verify'))} |")
-            lines.append("")
-    return lines
-
-
-def markdown_tables(summary: dict, methods: Sequence[str] = MAIN_ORDER) -> str:
-    """The main table per temperature (mixed stream + per domain), the speed tables
-    (:func:`speed_tables`), ratios, Table 1."""
-    lines = []
-    for temp, t in summary["main"].items():
-        domains = sorted({d for v in t.values() for d in v if d != "mixed"})
-        lines += [f"### Mixed stream and per domain, temperature {temp}", "",
-                  "| method | mixed MAT | tok/s (wall) | tok/s (CPU) | "
-                  + " | ".join(f"{d} MAT" for d in domains) + " |",
-                  "|---|---|---|---|" + "---|" * len(domains)]
-        for m in [m for m in methods if m in t]:
-            v = t[m]
-            lines.append(f"| {LABELS.get(m, m)} | {_f(v['mixed']['mat'])} | "
-                         f"{_f(v['mixed']['tok_s'], '{:.1f}')} | "
-                         f"{_f(v['mixed'].get('tok_cpu_s'), '{:.1f}')} | "
-                         + " | ".join(_f(v.get(d, {}).get("mat")) for d in domains) + " |")
-        lines.append("")
-    lines += speed_tables(summary, methods)
-    if summary.get("ratios"):
-        lines += ["### HedgeSpec (NormalHedge) ratios on the mixed stream", "",
-                  "| temperature | " + " | ".join(next(iter(summary["ratios"].values())))
-                  + " |", "|---|" + "---|" * len(next(iter(summary["ratios"].values())))]
-        for temp, r in summary["ratios"].items():
-            lines.append(f"| {temp} | " + " | ".join(_f(x) for x in r.values()) + " |")
-        lines.append("")
-    if summary.get("table1"):
-        t1 = summary["table1"]
-        domains = sorted({d for v in t1.values() for d in v})
-        lines += ["### Table 1 analog: MAT of every drafter (fixed) on every domain, greedy", "",
-                  "| drafter | " + " | ".join(domains) + " |", "|---|" + "---|" * len(domains)]
-        for n, v in t1.items():
-            best = {d: max(t1[x].get(d) or 0 for x in t1) for d in domains}
-            cells = [("**" + _f(v.get(d)) + "**") if v.get(d) == best[d] else _f(v.get(d))
-                     for d in domains]
-            lines.append(f"| {n} | " + " | ".join(cells) + " |")
-        lines.append("")
-    return "\n".join(lines)
-
-
-def _save(fig, path: Path) -> Path:
-    """Write ``fig`` to ``path`` (PNG, 120 dpi) and close it."""
-    import matplotlib.pyplot as plt
-
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return path
-
-
-def _lines(path: Path, curves: dict, xlabel: str, ylabel: str, title: str, *,
-           log2_x: bool = False, marker: str | None = None) -> Path:
-    """One line per method (``curves``: method -> (x, y)), labelled by :data:`LABELS`."""
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(5.5, 3.6))
-    for m, (x, y) in curves.items():
-        ax.plot(x, y, marker=marker, label=LABELS.get(m, m))
-    if log2_x:
-        ax.set_xscale("log", base=2)
-    ax.set_xlabel(xlabel)
-    ax.set_ylabel(ylabel)
-    ax.set_title(title)
-    ax.legend()
-    return _save(fig, path)
-
-
-def plot(summary: dict, records: list[dict], out: Path) -> list[Path]:
-    """fig5a_regret.png, fig5b_poolsize.png, table1_heatmap.png (those with data)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    written = []
-    curves = {m: (np.arange(1, len(c) + 1), c) for m, c in summary.get("regret", {}).items()
-              if c}
-    if curves:
-        written.append(_lines(out / "fig5a_regret.png", curves, "round (mixed stream, greedy)",
-                              "cumulative regret (tokens)",
-                              "Fig. 5a analog: regret vs hindsight-best drafter"))
-    ps = summary.get("poolsize") or {}
-    if ps:
-        sizes = {m: sorted(int(n) for n in v) for m, v in ps.items()}
-        written.append(_lines(out / "fig5b_poolsize.png",
-                              {m: (ns, [ps[m][str(n)]["mat"] for n in ns])
-                               for m, ns in sizes.items()},
-                              "pool size N", "MAT", "Fig. 5b analog: MAT vs pool size",
-                              log2_x=True, marker="o"))
-    t1 = summary.get("table1") or {}
-    if t1:
-        names = list(t1)
-        domains = sorted({d for v in t1.values() for d in v})
-        M = np.array([[t1[n].get(d) or np.nan for d in domains] for n in names])
-        fig, ax = plt.subplots(figsize=(1 + 0.9 * len(domains), 1 + 0.45 * len(names)))
-        im = ax.imshow(M, cmap="viridis", aspect="auto")
-        ax.set_xticks(range(len(domains)), domains, rotation=30, ha="right")
-        ax.set_yticks(range(len(names)), names)
-        for i in range(len(names)):
-            for j in range(len(domains)):
-                if not np.isnan(M[i, j]):
-                    ax.text(j, i, f"{M[i, j]:.2f}", ha="center", va="center", fontsize=7,
-                            color="w")
-        fig.colorbar(im, ax=ax, label="MAT")
-        ax.set_title("Table 1 analog: MAT (greedy)")
-        written.append(_save(fig, out / "table1_heatmap.png"))
-    return written
 
 
 def with_overrides(cfg: BenchConfig, **kw) -> BenchConfig:

@@ -272,7 +272,8 @@ def _train_head_args(p: argparse.ArgumentParser) -> None:
 
 
 def cmd_bench(args) -> int:
-    from spec_adapters.app.bench import PRESETS, markdown_tables, run_bench, with_overrides
+    from spec_adapters.app.bench import PRESETS, run_bench, with_overrides
+    from spec_adapters.app.bench_tables import markdown_tables
     from spec_adapters.app.pool import load_pool
 
     _setup_threads(args.threads)
@@ -305,7 +306,8 @@ BENCH_PRESETS = ("demo", "small", "speed", "full")  # spec_adapters.app.bench.PR
 
 def cmd_demo(args) -> int:
     """Set up what is missing (target wheel, domain data, pool), then a small mixed stream."""
-    from spec_adapters.app.bench import LABELS, PRESETS, run_bench, with_overrides
+    from spec_adapters.app.bench import PRESETS, run_bench, with_overrides
+    from spec_adapters.app.bench_tables import LABELS
     from spec_adapters.app.pool import load_pool
 
     t0 = time.perf_counter()

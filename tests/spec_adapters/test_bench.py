@@ -18,14 +18,12 @@ from spec_adapters.app.bench import (
     Records,
     _decoder,
     _plan,
-    aggregate,
-    markdown_tables,
     mixed_stream,
-    regret_curves,
     run_bench,
-    speed_tables,
     with_overrides,
 )
+from spec_adapters.app.bench_aggregate import aggregate, regret_curves
+from spec_adapters.app.bench_tables import markdown_tables, speed_tables
 from spec_adapters.app.domains import load_domains
 from spec_adapters.app.pool import PoolConfig, load_pool
 from spec_adapters.app.router import Router
