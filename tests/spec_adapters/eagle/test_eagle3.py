@@ -171,7 +171,7 @@ def test_specforge_embed_tokens_and_layer_ids(tmp_path, target):
     assert head.config.feature_layers == (2, 4, 6)  # outputs of layers 1, 3, 5, in order
     other = w["embed_tokens.weight"].clone()
     other[5] += 1
-    with pytest.raises(ValueError, match="embed_tokens.weight differs"):
+    with pytest.raises(ValueError, match=r"embed_tokens\.weight differs"):
         EagleHead.from_eagle3(_write(tmp_path / "bad", {**w, "embed_tokens.weight": other},
                                      cfg), target)
 
@@ -228,7 +228,7 @@ def test_llama3_rope_scaling_matches_transformers():
 # ---------------------------------------------------------------- refusals
 def test_head_for_another_target_is_refused(tmp_path, target):
     folder = _write(tmp_path / "ck", _weights(5), _config())
-    with pytest.raises(ValueError, match="another target.*vocab size 96 != target's 128"):
+    with pytest.raises(ValueError, match=r"another target.*vocab size 96 != target.s 128"):
         EagleHead.from_eagle3(folder, make_tiny_llama(128, num_hidden_layers=N_LAYERS))
     with pytest.raises(ValueError, match="target hidden size 32 != target's 48"):
         EagleHead.from_eagle3(folder, make_tiny_llama(V, hidden_size=48,

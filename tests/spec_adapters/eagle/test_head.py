@@ -161,7 +161,7 @@ def test_a_head_saved_in_the_old_format_is_a_clear_error(tmp_path):
     assert old["format_version"] == 2
     del old["format_version"]  # what heads saved before the EAGLE-3 final norm look like
     cfg_path.write_text(json.dumps(old))
-    with pytest.raises(ValueError, match="format 1 is not the current format 2.*retrain"):
+    with pytest.raises(ValueError, match=r"format 1 is not the current format 2.*retrain"):
         EagleHead.from_pretrained(tmp_path / "h")
     with pytest.raises(ValueError, match="format 1 is not"):
         EagleHeadConfig(**{**old, "format_version": 1})
