@@ -300,7 +300,8 @@ def cmd_bench(args) -> int:
     return 0
 
 
-DEMO_METHODS = ("target", "generalist", "exp3spec", "normalhedge", "oracle")
+DEMO_METHODS = ("target", "hf-prompt-lookup", "generalist", "exp3spec", "normalhedge",
+                "normalhedge-cost", "oracle")
 BENCH_PRESETS = ("demo", "small", "speed", "full")  # spec_adapters.app.bench.PRESETS
 
 
@@ -329,11 +330,13 @@ def cmd_demo(args) -> int:
     print(f"\nmixed stream: {cfg.queries_per_domain} prompt(s) x {len(domains)} domains, "
           f"{cfg.max_new_tokens} new tokens, greedy, K={cfg.draft_length}, "
           f"pool of {len(pool.names)} drafters: {', '.join(pool.names)}\n")
-    print(f"{'method':28} {'MAT':>6} {'tok/s':>7}")
+    base = mix["target"]["mixed"]["tok_s"]
+    print(f"{'method':50} {'MAT':>6} {'tok/s':>7} {'x target':>9}")
     for m in DEMO_METHODS:
         if m in mix:
             v = mix[m]["mixed"]
-            print(f"{LABELS.get(m, m):28} {v['mat']:6.2f} {v['tok_s']:7.1f}")
+            print(f"{LABELS.get(m, m):50} {v['mat']:6.2f} {v['tok_s']:7.1f} "
+                  f"{v['tok_s'] / base:9.2f}")
     print(f"\nplots and tables in {out}/ ; total {time.perf_counter() - t0:.0f} s")
     return 0
 

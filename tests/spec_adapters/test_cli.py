@@ -105,8 +105,10 @@ def test_demo_prints_the_comparison_table(tiny, tmp_path, capsys):
                "--out", str(tmp_path / "demo")])
     assert rc == 0
     out = capsys.readouterr().out
-    for label in ("target alone", "generalist", "EXP3Spec", "HedgeSpec (NormalHedge)",
-                  "hindsight oracle"):
+    for label in ("target alone", "HF prompt lookup", "generalist", "EXP3Spec",
+                  "HedgeSpec (NormalHedge)", "HedgeSpec cost-aware", "hindsight oracle"):
         assert label in out
+    target_row = next(line for line in out.splitlines() if line.startswith("target alone"))
+    assert target_row.split()[-1] == "1.00"  # the speed-up column is relative to the target
     assert (tmp_path / "demo" / "fig5a_regret.png").is_file()
     assert (tmp_path / "demo" / "results.json").is_file()
