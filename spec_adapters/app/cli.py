@@ -587,17 +587,18 @@ def main(argv=None) -> int:
     """Run one command; return its exit status.
 
     A bad argument exits (``SystemExit``) with status 2 and one line on stderr; an error the
-    user can fix while the command runs (:class:`UserError`, a corrupt pool, an ``OSError``
-    such as a full disk or a permission denied) returns 2 after one line on stderr.
+    user can fix while the command runs (:class:`UserError`, a corrupt cache that cannot be
+    rebuilt here: :class:`spec_adapters.store.CacheError`, an ``OSError`` such as a full disk
+    or a permission denied) returns 2 after one line on stderr.
     """
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     args = build_parser().parse_args(argv)
-    from spec_adapters.app.pool import PoolCorruptError
+    from spec_adapters.store import CacheError  # a corrupt pool, domain or converted model
 
     try:
         return args.func(args)
-    except (UserError, PoolCorruptError, OSError) as err:
+    except (UserError, CacheError, OSError) as err:
         print(f"hedgespec: error: {' '.join(str(err).split())}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:

@@ -260,3 +260,22 @@ def test_train_head_corpus_of_three_tokens(tiny, capsys):
                       capsys)
     assert "corpus has 3 tokens, fewer than seq_len=128" in line
     assert not (root / "head3").exists()
+
+
+@pytest.mark.parametrize(("command", "loader"), [("prepare-data", "prepare_domains"),
+                                                 ("train-drafters", "load_domains")])
+def test_corrupt_cache_that_cannot_be_rebuilt(command, loader, tiny, capsys, monkeypatch):
+    """A ``CacheError`` from the domain code (a corrupt file in a read-only cache, its source
+    gone) is one line naming the file, not a traceback."""
+    from spec_adapters.store import CacheError
+
+    root, folder = tiny
+
+    def corrupt(*args, **kwargs):
+        raise CacheError(f"{root}/cache/domains/code/train.jsonl does not match its checksum")
+
+    monkeypatch.setattr(domains_module, loader, corrupt)
+    line = _run_error([command, "--target", str(folder), "--cache-dir", str(root / "cache"),
+                       "--threads", "1", "--domains", "code"], capsys)
+    assert line == (f"hedgespec: error: {root}/cache/domains/code/train.jsonl does not match "
+                    "its checksum")
