@@ -1,54 +1,71 @@
 """The EAGLE-head pool on the real target: a greedy mixed stream with tree decoding.
 
-Loads the eight heads that ``hedgespec train-drafters --eagle-steps N`` trained into the pool
-folder (one per domain + the generalist), takes the first held-out prompt of every domain, and
-decodes each with the tree ``HedgeSpecDecoder`` under: target alone, the generalist head fixed
-(EAGLE-3's role), every specialist head fixed (for the per-query hindsight oracle), EXP3Spec,
-UCBSpec and HedgeSpec (NormalHedge). Prints a markdown table of MAT and tokens per CPU-second
-and writes every raw per-query number to ``--out`` (JSON). Greedy outputs are checked against
-the target's own greedy continuation.
+Loads the heads that ``hedgespec train-drafters --eagle-steps N`` trained into the pool folder
+(one per domain + the generalist) through ``spec_adapters.app.pool.load_pool``: the entries of
+exactly these settings (``--domains``, ``--max-train-tokens``, ``--ngram-order``,
+``--eagle-steps``, as given to ``train-drafters``), checked against their checksums; nothing is
+built (a missing or corrupt entry is one line naming it). Takes the first held-out prompt of
+every domain and decodes each with the tree ``HedgeSpecDecoder`` under: target alone, the
+generalist head fixed (EAGLE-3's role), every specialist head fixed (for the per-query
+hindsight oracle), EXP3Spec, UCBSpec and HedgeSpec (NormalHedge). Prints a markdown table of
+MAT and tokens per CPU-second and writes every raw per-query number to ``--out`` (JSON).
+Greedy outputs are checked against the target's own greedy continuation.
 
-    .venv/bin/python benchmarks/eagle_pool.py --tokens 32 --out results/eagle-pool.json
+    .venv/bin/python benchmarks/eagle_pool.py --eagle-steps 2000 --tokens 32 \
+        --out results/eagle-pool.json
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import time
 from pathlib import Path
 
 import torch
 
+from spec_adapters.app.args import OneLineParser, int_arg
 from spec_adapters.app.domains import DOMAINS, chat_ids, load_domain
 from spec_adapters.app.measure import run_decoder
-from spec_adapters.app.pool import pool_dir
-from spec_adapters.eagle import EagleHead, HedgeSpecDecoder, TreeConfig
+from spec_adapters.app.pool import PoolConfig, load_pool
+from spec_adapters.eagle import HedgeSpecDecoder, TreeConfig
 from spec_adapters.hf.models import default_cache_dir, load_target
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--tokens", type=int, default=32, help="new tokens per query")
+def main(argv=None) -> None:
+    ap = OneLineParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--target", default=None, help="model folder or .gguf (default SmolLM2-135M)")
     ap.add_argument("--cache-dir", default=str(default_cache_dir()))
-    ap.add_argument("--depth", type=int, default=4)
-    ap.add_argument("--top-k", type=int, default=4)
-    ap.add_argument("--total-tokens", type=int, default=16)
+    ap.add_argument("--domains", default=",".join(DOMAINS),
+                    help="comma-separated domains of the pool (default: all seven)")
+    ap.add_argument("--eagle-steps", type=int_arg(1), required=True,
+                    help="the --eagle-steps the heads were trained with")
+    ap.add_argument("--max-train-tokens", type=int_arg(1), default=PoolConfig.max_train_tokens)
+    ap.add_argument("--ngram-order", type=int_arg(1), default=PoolConfig.ngram_order)
+    ap.add_argument("--tokens", type=int_arg(1), default=32, help="new tokens per query")
+    ap.add_argument("--depth", type=int_arg(1), default=4)
+    ap.add_argument("--top-k", type=int_arg(1), default=4)
+    ap.add_argument("--total-tokens", type=int_arg(1), default=16)
     ap.add_argument("--out", default="results/eagle-pool.json")
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
     torch.set_num_threads(1)
 
-    model, tok = load_target(cache_dir=args.cache_dir)
-    folder = pool_dir(args.cache_dir, model, tok)
-    names = [*(f"eagle-{d}" for d in DOMAINS), "eagle-general"]
-    heads = [EagleHead.from_pretrained(folder / n, target=model) for n in names]
+    try:
+        model, tok = load_target(args.target, args.cache_dir)
+        cfg = PoolConfig(domains=tuple(args.domains.split(",")), eagle_steps=args.eagle_steps,
+                         max_train_tokens=args.max_train_tokens, ngram_order=args.ngram_order)
+        pool = load_pool(model, tok, args.cache_dir, cfg, build=False, progress=False)
+        prompts = {d: load_domain(d, args.cache_dir).prompts[0] for d in cfg.domains}
+    except (ValueError, FileNotFoundError) as err:  # store.CacheError is a ValueError
+        ap.error(" ".join(str(err).split()))
+    heads = pool.heads  # the specialists in cfg.domains order, then the generalist
+    names = [h.config.extra["name"] for h in heads]
     tree = TreeConfig(depth=args.depth, top_k=args.top_k, total_tokens=args.total_tokens)
     methods = {f"fixed:{i}": f"{n} (fixed)" for i, n in enumerate(names)}
     methods |= {"exp3spec": "EXP3Spec", "ucbspec": "UCBSpec", "normalhedge": "HedgeSpec"}
 
     records = []
-    for d in DOMAINS:
-        ids = chat_ids(tok, load_domain(d, args.cache_dir).prompts[0])
+    for d, prompt in prompts.items():
+        ids = chat_ids(tok, prompt)
         cpu = time.process_time()
         ref = model.generate(ids.view(1, -1), max_new_tokens=args.tokens, do_sample=False)
         reference = ref[0, ids.numel():].tolist()
@@ -83,6 +100,7 @@ def main() -> None:
           f"{all(r[k]['lossless'] for r in records for k in methods)}")
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps({"args": vars(args), "heads": names,
+                                          "paths": [str(pool.paths[n]) for n in names],
                                           "records": records}, indent=1))
 
 
