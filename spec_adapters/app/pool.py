@@ -32,7 +32,6 @@ each specialist, the capacity limit of a single EAGLE head has no n-gram analogu
 
 from __future__ import annotations
 
-import hashlib
 import itertools
 import json
 import math
@@ -46,6 +45,8 @@ from pathlib import Path
 from spec_adapters.app.log import log as _log
 from spec_adapters.store.atomic import atomic_folder, build_lock, sweep
 from spec_adapters.store.integrity import CacheError, expect_digests, file_digests, verify_files
+from spec_adapters.store.keys import entry_key
+from spec_adapters.vllm.pool_settings import NGramPoolSettings
 from spec_adapters.vllm.target_pool import target_id
 
 __all__ = ["Pool", "PoolConfig", "PoolCorruptError", "build_pool", "load_pool", "pool_dir",
@@ -193,8 +194,7 @@ class _Entry:
 
     @property
     def key(self) -> str:
-        h = hashlib.sha256(json.dumps(self.settings, sort_keys=True).encode()).hexdigest()
-        return f"{self.name}-{h[:10]}"
+        return entry_key(self.name, self.settings)
 
     @property
     def path(self) -> Path:
@@ -252,14 +252,14 @@ def _remove_entry(entry: _Entry) -> None:
 def _entries(cfg: PoolConfig, folder: Path, V: int) -> list[_Entry]:
     """Every entry ``cfg`` asks for, in build order (answers before the n-grams using them)."""
     ans = {"n": cfg.answers_per_domain, "tokens": cfg.answer_tokens}
-    base = {"target_vocab": V, "order": cfg.ngram_order, "tokens": cfg.max_train_tokens,
-            "answers": {**ans, "weight": cfg.answer_weight} if cfg.answers_per_domain else None}
+    ngram = NGramPoolSettings(cfg.domains, cfg.ngram_order, cfg.max_train_tokens,
+                              cfg.answers_per_domain, cfg.answer_tokens, cfg.answer_weight)
+    base = ngram.base(V)
     out: list[_Entry] = []
     if cfg.answers_per_domain:
         out += [_Entry(f"answers-{d}", "answers", {**ans, "domain": d}, folder)
                 for d in cfg.domains]
-    out += [_Entry(f"ngram-{d}", "ngram", {**base, "domain": d}, folder) for d in cfg.domains]
-    out.append(_Entry("ngram-general", "ngram", {**base, "domains": list(cfg.domains)}, folder))
+    out += [_Entry(n, "ngram", st, folder) for n, st in ngram.entries(V).items()]
     out += [_Entry(f"extra-{d}-{s}", "extra",
                    {**base, "domain": d, "shard": s, "shards": cfg.extra_shards,
                     "order": max(2, cfg.ngram_order - s % 2)}, folder)

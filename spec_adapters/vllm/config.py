@@ -3,9 +3,13 @@
 Keys (all optional)::
 
     {"pool": "default",                    # the served model's pool (spec_adapters.vllm
-                                           # .target_pool) when built, a folder holding
-                                           # ngram-*.npz, or null: prompt lookup only
+                                           # .target_pool) when built, a pool folder
+                                           # (<cache>/pool/<target-id>), or null: prompt
+                                           # lookup only
      "cache_dir": "<folder>",              # where "default" looks: $HEDGESPEC_CACHE, ./.cache
+     "pool_settings": {"domains": ["sql"]},  # which of the folder's pools: the settings
+                                           # it was built with (NGramPoolSettings fields;
+                                           # default: train-drafters without options)
      "prompt_lookup": [1, 2, 3, 4],        # prompt-lookup drafters, one per n-gram size
      "policy": "normalhedge",              # hedge | adahedge | exp3spec | ucbspec | fixed:<i>
      "k": 4,                               # K, at most vLLM's num_speculative_tokens
@@ -25,6 +29,8 @@ import os
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 
+from spec_adapters.vllm.pool_settings import NGramPoolSettings
+
 __all__ = ["ENV_VAR", "ProposerConfig", "load_config"]
 
 ENV_VAR = "HEDGESPEC_VLLM_CONFIG"
@@ -37,6 +43,7 @@ class ProposerConfig:
 
     pool: str | None = "default"
     cache_dir: str | None = None
+    pool_settings: NGramPoolSettings = field(default_factory=NGramPoolSettings)
     prompt_lookup: tuple[int, ...] = (1, 2, 3, 4)
     policy: str = "normalhedge"
     k: int | None = None
@@ -70,6 +77,8 @@ class ProposerConfig:
                 bad(f"{name} must be a folder name or null, got {v!r}")
         if self.pool not in (None, "default") and not Path(self.pool).is_dir():
             bad(f"pool folder {self.pool} does not exist")
+        if not isinstance(self.pool_settings, NGramPoolSettings):
+            bad(f"pool_settings must be NGramPoolSettings, got {self.pool_settings!r}")
         if self.pool is None and not self.prompt_lookup:
             bad("no drafters: give a pool folder or prompt_lookup sizes")
 
@@ -100,4 +109,9 @@ def load_config(environ=None) -> ProposerConfig:
         raise ValueError(f"{ENV_VAR} ({path}): unknown keys {unknown}; expected {sorted(known)}")
     if isinstance(raw.get("prompt_lookup"), list):
         raw["prompt_lookup"] = tuple(raw["prompt_lookup"])
+    if "pool_settings" in raw:
+        try:
+            raw["pool_settings"] = NGramPoolSettings.from_mapping(raw["pool_settings"])
+        except ValueError as err:
+            raise ValueError(f"{ENV_VAR} ({path}): pool_settings: {err}") from None
     return ProposerConfig(**raw, source=path)

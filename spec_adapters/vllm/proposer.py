@@ -130,7 +130,7 @@ class HedgeSpecProposer:
         pool = self._pool(config, model_folder)
         if pool is not None:
             try:
-                drafters += load_pool_folder(pool, vocab_size)
+                drafters += load_pool_folder(pool, vocab_size, config.pool_settings)
             except ValueError as err:
                 raise ValueError(f"{ENV_VAR} ({config.source}): {err}") from None
         self.config, self.K, self.max_model_len = config, k_max, max_model_len

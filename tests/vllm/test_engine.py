@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 from tests.vllm.engine_run import run_engine, tiny_llama
+from tests.vllm.pool_files import write_pool
 
 V, MAX_TOKENS = 512, 48
 SPEC = {"method": "custom_class", "model": "spec_adapters.vllm.HedgeSpecProposer",
@@ -32,13 +33,12 @@ def runs(tmp_path_factory):
     job = {"model": str(model), "prompts": prompts, "max_tokens": MAX_TOKENS}
     plain = run_engine(job, tmp)
     # two n-gram drafters, each on the plain outputs of one half of the prompts
-    from spec_adapters.drafters.ngram import NGramDrafter
-
     pool = tmp / "pool"
-    for kind, half in (("even", plain["tokens"][0::2]), ("odd", plain["tokens"][1::2])):
-        NGramDrafter.from_corpus(half, V, order=3, name=kind).save(pool / f"ngram-{kind}.npz")
+    write_pool(pool, V, {"even": plain["tokens"][0::2], "odd": plain["tokens"][1::2]},
+               ngram_order=3)
     cfg = tmp / "hedgespec.json"
-    cfg.write_text(json.dumps({"pool": str(pool), "trace": str(tmp / "trace.jsonl")}))
+    cfg.write_text(json.dumps({"pool": str(pool), "trace": str(tmp / "trace.jsonl"),
+                               "pool_settings": {"domains": ["even", "odd"], "ngram_order": 3}}))
     spec = run_engine({**job, "speculative_config": SPEC,
                        "env": {"HEDGESPEC_VLLM_CONFIG": str(cfg)}}, tmp)
     return {"tmp": tmp, "model": model, "prompts": prompts, "plain": plain, "spec": spec,

@@ -6,7 +6,9 @@ of a greedy target."""
 
 from __future__ import annotations
 
+import hashlib
 import json
+import re
 import tracemalloc
 from pathlib import Path
 
@@ -16,7 +18,9 @@ import pytest
 from spec_adapters.vllm.config import ProposerConfig, load_config
 from spec_adapters.vllm.costs import StepTimeModel
 from spec_adapters.vllm.drafters import CorpusNGram, PromptLookup, load_pool_folder
+from spec_adapters.vllm.pool_settings import NGramPoolSettings
 from spec_adapters.vllm.proposer import HedgeSpecProposer
+from tests.vllm.pool_files import write_pool
 
 V = 256
 
@@ -130,11 +134,99 @@ def test_corpus_ngram_follows_the_longest_context_brute_force(tmp_path):
 def test_pool_folder_rejects_missing_folder_and_foreign_vocabulary(tmp_path):
     with pytest.raises(ValueError, match="does not exist"):
         load_pool_folder(tmp_path / "nope", V)
-    with pytest.raises(ValueError, match="holds no ngram"):
+    with pytest.raises(ValueError, match=r"holds no n-gram pool of the settings .*; it holds no "
+                                         r"n-gram pool$"):
         load_pool_folder(tmp_path, V)
-    _ngram_file(tmp_path, "a", [[1, 2, 3, 4]])
-    with pytest.raises(ValueError, match="vocabulary size 256, the target's is 300"):
-        load_pool_folder(tmp_path, 300)
+    _ngram_file(tmp_path, "a", [[1, 2, 3, 4]])  # a bare file: no sidecar, no settings key
+    with pytest.raises(ValueError, match=r"it holds no n-gram pool$"):
+        load_pool_folder(tmp_path, V)
+    pool = write_pool(tmp_path, V, {"a": [[1, 2, 3, 4]]}, ngram_order=3)
+    assert [d.name for d in load_pool_folder(tmp_path, V, pool)] == ["ngram-a", "ngram-general"]
+    with pytest.raises(ValueError, match=r"a vocabulary of 300 tokens; it holds pools of other "
+                                         r"settings: ngram-general-[0-9a-f]{10} "
+                                         r"\(\{'target_vocab': 256\}\)"):
+        load_pool_folder(tmp_path, 300, pool)
+
+
+def test_default_pool_settings_are_train_drafters_defaults():
+    """The proposer's default pool is the one ``hedgespec train-drafters`` builds without
+    options, and its entry names are those the application writes; the key of one entry is
+    recomputed by hand from the settings it stands for (caches already on disk keep their
+    names)."""
+    from dataclasses import fields
+
+    from spec_adapters.app.pool import PoolConfig, _entries
+
+    cfg = PoolConfig()
+    assert NGramPoolSettings() == NGramPoolSettings(
+        **{f.name: getattr(cfg, f.name) for f in fields(NGramPoolSettings)})
+    app = {e.name: e.key for e in _entries(cfg, Path("/pool"), 49152) if e.kind == "ngram"}
+    ours = NGramPoolSettings().entries(49152)
+    assert list(ours) == list(app)
+    settings = {"target_vocab": 49152, "order": 4, "tokens": 300_000, "domain": "code",
+                "answers": {"n": 16, "tokens": 64, "weight": 20.0}}
+    h = hashlib.sha256(json.dumps(settings, sort_keys=True).encode()).hexdigest()[:10]
+    assert ours["ngram-code"] == settings and app["ngram-code"] == f"ngram-code-{h}"
+
+
+def _pools(tmp_path: Path):
+    """Two pools in one folder: same domain names, other corpora and settings."""
+    ta, tb = _table(21), _table(22)
+
+    def docs(t, s):
+        return [[s, *_generate(t, [s], 60)]]
+
+    first = write_pool(tmp_path, V, {"code": docs(ta, 3), "math": docs(ta, 4)}, ngram_order=3)
+    second = write_pool(tmp_path, V, {"code": docs(tb, 3), "math": docs(tb, 4)}, ngram_order=2,
+                        max_train_tokens=1000)
+    return (first, ta), (second, tb)
+
+
+def test_two_pools_of_different_settings_in_one_folder_are_not_mixed(tmp_path):
+    pools = _pools(tmp_path)
+    assert len(list(tmp_path.glob("ngram-*.npz"))) == 6
+    for settings, table in pools:
+        drafters = load_pool_folder(tmp_path, V, settings)
+        assert [d.name for d in drafters] == ["ngram-code", "ngram-math", "ngram-general"]
+        assert [d.order for d in drafters] == [settings.ngram_order] * 3
+        for d, start in zip(drafters[:2], (3, 4), strict=True):  # each drafts its own corpus
+            assert d.draft(np.array([start]), 5).tolist() == _generate(table, [start], 5)
+    other = NGramPoolSettings(domains=("code", "math"), ngram_order=5)
+    with pytest.raises(ValueError, match=r"it holds pools of other settings: "
+                                         r"ngram-general-\w+ \(\{'order': [23]"):
+        load_pool_folder(tmp_path, V, other)
+
+
+def _bit_flip(path: Path, other: Path) -> None:
+    data = bytearray(path.read_bytes())
+    data[len(data) // 2] ^= 0x10
+    path.write_bytes(bytes(data))
+
+
+def _swap(path: Path, other: Path) -> None:
+    path.write_bytes(other.read_bytes())
+
+
+def _no_sidecar(path: Path, other: Path) -> None:
+    path.with_suffix(".json").unlink()
+
+
+@pytest.mark.parametrize(("damage", "problem"), [
+    (_bit_flip, "does not match its checksum"),
+    (_swap, r"(does not match its checksum|has \d+ bytes, its manifest says \d+)"),
+    (_no_sidecar, "is missing or unreadable"),
+])
+def test_damaged_npz_is_refused_naming_the_file(tmp_path, damage, problem):
+    (settings, _), _ = _pools(tmp_path)
+    assert len(load_pool_folder(tmp_path, V, settings)) == 3  # verified once (fast path)
+    key = {p.stem.rsplit("-", 1)[0]: p for p in tmp_path.glob("ngram-*.npz")
+           if json.loads(p.with_suffix(".json").read_text())["settings"]["order"] == 3}
+    damage(key["ngram-code"], key["ngram-math"])
+    with pytest.raises(ValueError, match=re.escape(str(key["ngram-code"].with_suffix(
+            ".json" if damage is _no_sidecar else ".npz"))) + " " + problem):
+        load_pool_folder(tmp_path, V, settings)
+    with pytest.raises(ValueError, match=r"HEDGESPEC_VLLM_CONFIG \(test\): .*ngram-code-"):
+        _proposer(tmp_path, pool=str(tmp_path), pool_settings=settings)
 
 
 # ------------------------------------------------------------------------------ settings
@@ -146,6 +238,9 @@ def test_pool_folder_rejects_missing_folder_and_foreign_vocabulary(tmp_path):
     ('{"k": 0}', "k must be an integer >= 1"),
     ("[1, 2]", "expected a JSON object"),
     ('{"pool": 3}', "pool must be a folder name or null, got 3"),
+    ('{"pool_settings": {"domains": []}}', "pool_settings: domains must be distinct non-empty"),
+    ('{"pool_settings": {"order": 3}}', r"pool_settings: unknown keys \['order'\]"),
+    ('{"pool_settings": [3]}', "pool_settings: expected an object, got list"),
 ])
 def test_bad_settings_name_the_problem(tmp_path, text, match):
     path = tmp_path / "cfg.json"
@@ -190,10 +285,11 @@ def test_outputs_equal_greedy_and_states_follow_reordered_rows(tmp_path):
 def test_requests_in_one_batch_learn_their_own_drafter(tmp_path):
     ta, tb = _table(11), _table(12)
     rng = np.random.default_rng(1)
-    _ngram_file(tmp_path, "a", [_generate(ta, [int(s)], 200) for s in rng.integers(0, V, 8)])
-    _ngram_file(tmp_path, "b", [_generate(tb, [int(s)], 200) for s in rng.integers(0, V, 8)])
+    pool = write_pool(tmp_path, V, {
+        "a": [_generate(ta, [int(s)], 200) for s in rng.integers(0, V, 8)],
+        "b": [_generate(tb, [int(s)], 200) for s in rng.integers(0, V, 8)]}, ngram_order=3)
     trace = tmp_path / "trace.jsonl"
-    prop = _proposer(tmp_path, pool=str(tmp_path), trace=str(trace))
+    prop = _proposer(tmp_path, pool=str(tmp_path), pool_settings=pool, trace=str(trace))
     eng = FakeEngine(prop)
     kind_of = {}
     for j in range(6):
@@ -253,9 +349,9 @@ def test_default_pool_is_the_folder_the_application_builds_and_is_loaded(tmp_pat
                                             model_folder=str(model_dir))
 
     assert proposer().names == [f"prompt-lookup-{n}" for n in (1, 2, 3, 4)]  # not built yet
-    want.mkdir(parents=True)
-    _ngram_file(want, "code-abc", [[1, 2, 3, 4]])
-    assert proposer().names[-1] == "ngram-code-abc"
+    write_pool(want, V, {d: [[1, 2, 3, 4]] for d in NGramPoolSettings().domains})
+    assert proposer().names[4:] == [*(f"ngram-{d}" for d in NGramPoolSettings().domains),
+                                    "ngram-general"]
     assert proposer(pool=None).names[-1] == "prompt-lookup-4"
     assert proposer(cache_dir=str(tmp_path / "elsewhere")).names[-1] == "prompt-lookup-4"
 
