@@ -1,0 +1,459 @@
+"""``hedgespec bench-vllm``: HedgeSpec inside vLLM against vLLM's own speculation (issue 12).
+
+One run over the benchmark prompts (the domains' held-out prompts, the shuffled mixed stream
+of :func:`spec_adapters.app.bench.mixed_stream`, chat template applied with the target's
+tokenizer), greedy, ``max_new_tokens`` per request (EOS ignored, so every method generates the
+same tokens). Methods (:func:`method_specs`):
+
+``plain``        vLLM without speculation (the reference: outputs and speed);
+``ngram``        vLLM's ``{"method": "ngram", "num_speculative_tokens": K}``;
+``hedgespec``    :class:`spec_adapters.vllm.HedgeSpecProposer`, NormalHedge over the experts
+                 (drafter, k), cost-aware (``k = 0``: no draft);
+``exp3spec`` / ``ucbspec``  the same proposer with BanditSpec's learners over the drafters
+                 (``K`` tokens every step, as published);
+``fixed:<name>`` the proposer with one drafter always (every prompt-lookup size and every
+                 n-gram drafter of the target's pool).
+
+Each method is one vLLM engine in a subprocess of the vLLM environment's interpreter
+(:func:`spec_adapters.app.serve.find_vllm_python`, the environment of
+:func:`spec_adapters.app.serve.server_env`), running one phase per concurrency (1, 4, 16
+requests in flight; :mod:`spec_adapters.app.bench_vllm_runner`). One record per (method,
+concurrency) is appended to ``<out>/records.jsonl`` as soon as its phase ends; a re-run with
+the same settings skips the records there (resumable), a run with other settings is refused.
+
+Per (method, concurrency) (:func:`aggregate`): tokens/s = all new tokens / the phase's wall
+time; MAT = new tokens / target steps, a request's steps being its new tokens minus its
+accepted draft tokens (each step yields the accepted drafts + one token; vLLM's per-request
+speculative counts); seconds per request (mean time in flight); speed-ups against ``plain``
+and ``ngram`` at the same concurrency; per domain, tokens/s over the domain's requests' time in
+flight; and whether every output equals ``plain``'s token for token. Written to
+``results.json``, ``tables.md`` and ``bench_vllm.png``.
+
+Presets (:data:`PRESETS`)::
+
+    hedgespec bench-vllm --preset quick   # 2 prompts per domain, 64 tokens, c = 1, 4;
+                                          # plain, ngram, hedgespec (~4 min on 2 cores)
+    hedgespec bench-vllm --preset full    # 5 per domain, 256 tokens, c = 1, 4, 16, every
+                                          # method (hours)
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import tempfile
+from collections import defaultdict
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from spec_adapters.app.bench import Records, mixed_stream
+from spec_adapters.app.log import log
+from spec_adapters.app.serve import ROOT, SPEC_CLASS, find_vllm_python, server_env
+from spec_adapters.vllm.config import ProposerConfig
+from spec_adapters.vllm.proposer import HedgeSpecProposer
+
+__all__ = ["PRESETS", "VllmBenchConfig", "aggregate", "drafter_names", "label", "markdown",
+           "method_specs", "plot", "run_bench_vllm"]
+
+LEARNERS = ("plain", "ngram", "hedgespec", "exp3spec", "ucbspec")
+LABELS = {"plain": "vLLM plain", "ngram": "vLLM ngram", "exp3spec": "EXP3Spec proposer",
+          "hedgespec": "HedgeSpec proposer (NormalHedge, cost-aware)",
+          "ucbspec": "UCBSpec proposer"}
+# issue 12's targets: (name, method, reference, concurrency; None = per domain, c = 1), goal
+TARGETS = (("one at a time, x vLLM ngram", "hedgespec", "ngram", 1, 1.25),
+           ("one at a time, x vLLM plain", "hedgespec", "plain", 1, 1.6),
+           ("16 concurrent, x vLLM plain", "hedgespec", "plain", 16, 1.0),
+           ("one at a time, worst domain x vLLM plain", "hedgespec", "plain", None, 0.97))
+WARMUP_TOKENS = 8
+
+
+@dataclass(frozen=True)
+class VllmBenchConfig:
+    """Sizes of one vLLM benchmark run (see :data:`PRESETS`).
+
+    Attributes
+    ----------
+    queries_per_domain : int
+        Held-out prompts per domain in the mixed stream.
+    max_new_tokens : int
+    concurrencies : tuple of int
+        Requests in flight, one phase each (ascending).
+    methods : tuple of str or None
+        Subset of :data:`LEARNERS` and ``fixed:<drafter>``; ``None``: :data:`LEARNERS` and every
+        drafter fixed.
+    k : int
+        ``num_speculative_tokens`` of every speculating method (K).
+    seed : int
+        Stream order and the proposer's seed.
+    """
+
+    queries_per_domain: int = 5
+    max_new_tokens: int = 256
+    concurrencies: tuple[int, ...] = (1, 4, 16)
+    methods: tuple[str, ...] | None = None
+    k: int = 4
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        for name in ("queries_per_domain", "max_new_tokens", "k"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        cs = tuple(self.concurrencies)
+        if not cs or any(c < 1 for c in cs) or list(cs) != sorted(set(cs)):
+            raise ValueError(f"concurrencies must be ascending integers >= 1, got {cs}")
+        bad = [m for m in self.methods or () if m not in LEARNERS and not m.startswith("fixed:")]
+        if bad:
+            raise ValueError(f"unknown methods {bad}; expected {LEARNERS} or fixed:<drafter>")
+        object.__setattr__(self, "concurrencies", cs)
+        if self.methods is not None:
+            object.__setattr__(self, "methods", tuple(self.methods))
+
+
+PRESETS: dict[str, VllmBenchConfig] = {
+    "quick": VllmBenchConfig(queries_per_domain=2, max_new_tokens=64, concurrencies=(1, 4),
+                             methods=("plain", "ngram", "hedgespec")),
+    "full": VllmBenchConfig(),
+}
+
+
+class VllmRecords(Records):
+    """The append-only ``records.jsonl`` of :class:`spec_adapters.app.bench.Records`, one
+    record per (method, concurrency)."""
+
+    @staticmethod
+    def key(r: dict) -> tuple:
+        return (r["method"], int(r["concurrency"]))
+
+
+# ------------------------------------------------------------------------------------------
+# methods
+# ------------------------------------------------------------------------------------------
+def drafter_names(pool: Path, vocab_size: int) -> list[str]:
+    """The proposer's drafters over ``pool`` (``fixed:<i>`` indexes this list), read off the
+    proposer itself: prompt lookup, then the pool's n-gram drafters.
+
+    Raises
+    ------
+    ValueError
+        ``pool`` holds no complete n-gram pool of ``hedgespec train-drafters``' settings.
+    """
+    return HedgeSpecProposer.standalone(ProposerConfig(pool=str(pool)), vocab_size=vocab_size,
+                                        max_k=1, max_model_len=2).names
+
+
+def method_specs(method: str, names: list[str], pool: Path, cache_dir: Path, k: int,
+                 seed: int) -> tuple[dict | None, dict | None]:
+    """``(speculative_config, proposer settings)`` of one method (``None``: not used).
+
+    Raises
+    ------
+    ValueError
+        An unknown method or a fixed drafter not in ``names``.
+    """
+    if method == "plain":
+        return None, None
+    if method == "ngram":
+        return {"method": "ngram", "num_speculative_tokens": k}, None
+    if method == "hedgespec":
+        policy, cost_aware = "normalhedge", True
+    elif method in ("exp3spec", "ucbspec"):
+        policy, cost_aware = method, False
+    elif method.startswith("fixed:") and method[6:] in names:
+        policy, cost_aware = f"fixed:{names.index(method[6:])}", False
+    else:
+        raise ValueError(f"unknown method {method!r}; expected {LEARNERS} or fixed:<one of "
+                         f"{names}>")
+    spec = {"method": "custom_class", "model": SPEC_CLASS, "num_speculative_tokens": k}
+    return spec, {"pool": str(pool), "cache_dir": str(cache_dir), "policy": policy, "k": k,
+                  "cost_aware": cost_aware, "seed": seed}
+
+
+def _methods(cfg: VllmBenchConfig, names: list[str]) -> list[str]:
+    return list(cfg.methods) if cfg.methods is not None else \
+        [*LEARNERS, *(f"fixed:{n}" for n in names)]
+
+
+# ------------------------------------------------------------------------------------------
+# the run
+# ------------------------------------------------------------------------------------------
+def run_bench_vllm(target: Path, tokenizer, domains: dict, pool: Path, cfg: VllmBenchConfig,
+                   out_dir, *, cache_dir, threads: int = 2) -> dict:
+    """Run (or resume) every (method, concurrency) into ``out_dir``; return the summary.
+
+    Parameters
+    ----------
+    target : Path
+        The served model's folder (transformers format, what vLLM loads).
+    tokenizer
+        The target's tokenizer (chat template).
+    domains : dict name -> Domain
+        The benchmark prompts are ``Domain.prompts``.
+    pool : Path
+        The target's pool folder (:func:`spec_adapters.vllm.target_pool.pool_folder`), holding
+        the pool ``hedgespec train-drafters`` builds by default.
+    cfg : VllmBenchConfig
+    out_dir : path-like
+        ``records.jsonl``, ``settings.json``, ``logs/<method>.log``, then ``results.json``,
+        ``tables.md``, ``bench_vllm.png``.
+    cache_dir : path-like
+    threads : int
+        ``OMP_NUM_THREADS`` of the engine.
+
+    Raises
+    ------
+    ValueError
+        ``pool`` holds no complete n-gram pool (:func:`drafter_names`), or ``out_dir`` holds
+        records of other settings.
+    RuntimeError
+        An engine failed (the message names its log); finished records are kept.
+    FileNotFoundError
+        No vLLM environment.
+    """
+    from transformers import AutoConfig
+
+    from spec_adapters.app.domains import chat_ids
+
+    pool, cache_dir = Path(pool).resolve(), Path(cache_dir).resolve()
+    if not pool.is_dir():
+        raise ValueError(f"no drafter pool for {target} in {pool}: run `hedgespec "
+                         "train-drafters` (with the same --target and --cache-dir) first")
+    vocab_size = AutoConfig.from_pretrained(str(target), local_files_only=True).vocab_size
+    names = drafter_names(pool, vocab_size)
+    methods = _methods(cfg, names)
+    for m in methods:
+        method_specs(m, names, pool, cache_dir, cfg.k, cfg.seed)  # unknown: fail now
+    stream = mixed_stream(domains, cfg.queries_per_domain, cfg.seed)
+    prompts = [{"qid": q.qid, "domain": q.domain, "ids": chat_ids(tokenizer, q.prompt).tolist()}
+               for q in stream]
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    settings = {"bench_vllm": asdict(cfg), "target": str(Path(target).resolve()),
+                "pool": str(pool), "drafters": names, "methods": methods, "threads": threads,
+                "prompts": [p["qid"] for p in prompts]}
+    _check_settings(out, settings)
+    records = VllmRecords(out / "records.jsonl")
+    python = find_vllm_python()
+    job = {"model": str(Path(target).resolve()), "prompts": prompts,
+           "max_tokens": cfg.max_new_tokens, "warmup_tokens": WARMUP_TOKENS,
+           "max_model_len": max(len(p["ids"]) for p in prompts) + cfg.max_new_tokens + cfg.k + 8,
+           "max_num_seqs": max(cfg.concurrencies)}
+    for m in methods:
+        todo = [c for c in cfg.concurrencies if not records.has(m, c)]
+        if not todo:
+            continue
+        log(f"bench-vllm: {m} at concurrency {', '.join(map(str, todo))} "
+            f"({len(prompts)} prompts x {cfg.max_new_tokens} tokens)")
+        spec, settings_m = method_specs(m, names, pool, cache_dir, cfg.k, cfg.seed)
+        for rec in _run_engine(python, {**job, "method": m, "speculative_config": spec,
+                                        "concurrencies": todo}, settings_m, out, threads):
+            records.add(rec)
+    records_list = list(records.rows.values())
+    summary = aggregate(records_list)
+    summary["settings"] = settings
+    (out / "results.json").write_text(json.dumps(
+        {**summary, "records": [{**r, "requests": [{k: v for k, v in q.items() if k != "tokens"}
+                                                   for q in r["requests"]]}
+                                for r in records_list]}, indent=1))
+    (out / "tables.md").write_text(markdown(summary))
+    plot(summary, out / "bench_vllm.png")
+    return summary
+
+
+def _check_settings(out: Path, settings: dict) -> None:
+    sfile = out / "settings.json"
+    if (sfile.is_file() and (out / "records.jsonl").is_file()
+            and json.loads(sfile.read_text()) != json.loads(json.dumps(settings))):
+        raise ValueError(f"{out} holds results of a run with other settings; pass another "
+                             "--out folder (or delete that one) to start afresh")
+    sfile.write_text(json.dumps(settings, indent=1))
+
+
+def _run_engine(python: Path, job: dict, proposer: dict | None, out: Path, threads: int):
+    """Run one engine in a subprocess (its output in ``out/logs/<method>.log``); yield the
+    records of the phases it finished, then raise ``RuntimeError`` naming the log if it
+    failed (so that the finished phases are kept)."""
+    logs = out / "logs"
+    logs.mkdir(exist_ok=True)
+    log_path = logs / f"{job['method'].replace(':', '_')}.log"
+    with tempfile.TemporaryDirectory(prefix="hedgespec-bench-vllm-") as tmp:
+        job_path, res_path, cfg_path = (Path(tmp) / n for n in
+                                        ("job.json", "out.jsonl", "proposer.json"))
+        job_path.write_text(json.dumps(job))
+        cfg_path.write_text(json.dumps(proposer or {}))
+        env = server_env(python, cfg_path)
+        env["OMP_NUM_THREADS"] = str(threads)
+        with open(log_path, "w") as fh:
+            rc = subprocess.run([str(python), "-m", "spec_adapters.app.bench_vllm_runner",
+                                 str(job_path), str(res_path)], cwd=ROOT, env=env, stdout=fh,
+                                stderr=subprocess.STDOUT, check=False).returncode
+        lines = res_path.read_text().splitlines() if res_path.is_file() else []
+    for line in lines:
+        try:
+            yield json.loads(line)
+        except ValueError:
+            continue  # a line cut by a killed engine: that phase is simply redone
+    if rc != 0:
+        raise RuntimeError(f"the vLLM engine of {job['method']} failed (exit status {rc}); "
+                           f"see {log_path}")
+
+
+# ------------------------------------------------------------------------------------------
+# aggregation, tables, plot
+# ------------------------------------------------------------------------------------------
+def _stats(reqs: list[dict], seconds: float) -> dict:
+    """tok/s over ``seconds``, MAT and mean time in flight of some requests."""
+    tok = sum(q["new_tokens"] for q in reqs)
+    steps = sum(q["new_tokens"] - q["accepted"] for q in reqs)
+    return {"tok_s": tok / seconds if seconds > 0 else None,
+            "mat": tok / steps if steps > 0 else None,
+            "s_per_request": sum(q["seconds"] for q in reqs) / len(reqs) if reqs else None,
+            "requests": len(reqs), "new_tokens": tok, "steps": steps,
+            "accepted": sum(q["accepted"] for q in reqs),
+            "drafted": sum(q["drafted"] for q in reqs)}
+
+
+def _ratio(a, b):
+    return a / b if a is not None and b else None
+
+
+def aggregate(records: list[dict]) -> dict:
+    """The benchmark's tables from its records (see the module docstring).
+
+    Returns
+    -------
+    dict
+        ``concurrencies``; ``methods``: method -> str(concurrency) -> ``tok_s``, ``mat``,
+        ``s_per_request``, ``requests``, ``new_tokens``, ``steps``, ``accepted``,
+        ``drafted``, ``seconds``, ``x_plain``, ``x_ngram``, ``identical`` (every output equals
+        ``plain``'s at that concurrency; ``None`` without a ``plain`` record),
+        ``mismatched`` (those qids) and ``domains``: domain -> ``tok_s`` (over the time in
+        flight of its requests), ``mat``, ``x_plain``; ``domains``; ``targets``: issue 12's
+        goals (:data:`TARGETS`) that the records can answer, each ``name``, ``value``,
+        ``goal``, ``met``.
+    """
+    by = {(r["method"], int(r["concurrency"])): r for r in records}
+    methods: dict = defaultdict(dict)
+    for (m, c), r in sorted(by.items(), key=lambda x: (_order(x[0][0]), x[0][1])):
+        row = {**_stats(r["requests"], r["seconds"]), "seconds": r["seconds"]}
+        per: dict = defaultdict(list)
+        for q in r["requests"]:
+            per[q["domain"]].append(q)
+        row["domains"] = {d: _stats(qs, sum(q["seconds"] for q in qs))
+                          for d, qs in sorted(per.items())}
+        plain = by.get(("plain", c))
+        if plain is not None:
+            ref = {q["qid"]: q["tokens"] for q in plain["requests"]}
+            row["mismatched"] = [q["qid"] for q in r["requests"]
+                                 if ref.get(q["qid"]) != q["tokens"]]
+            row["identical"] = not row["mismatched"]
+        else:
+            row["mismatched"], row["identical"] = [], None
+        methods[m][str(c)] = row
+    for rows in methods.values():
+        for c, row in rows.items():
+            base = {ref: methods.get(ref, {}).get(c) for ref in ("plain", "ngram")}
+            for ref, b in base.items():
+                row[f"x_{ref}"] = _ratio(row["tok_s"], b["tok_s"]) if b else None
+            for d, dr in row["domains"].items():
+                b = (base["plain"] or {}).get("domains", {}).get(d)
+                dr["x_plain"] = _ratio(dr["tok_s"], b["tok_s"]) if b else None
+    domains = sorted({d for rows in methods.values() for row in rows.values()
+                      for d in row["domains"]})
+    return {"concurrencies": sorted({c for _m, c in by}), "methods": dict(methods),
+            "domains": domains, "targets": _targets(methods)}
+
+
+def _order(method: str) -> tuple:
+    return (LEARNERS.index(method), "") if method in LEARNERS else (len(LEARNERS), method)
+
+
+def _targets(methods: dict) -> list[dict]:
+    out = []
+    for name, m, ref, c, goal in TARGETS:
+        row = methods.get(m, {}).get(str(c or 1))
+        if row is None:
+            continue
+        if c is None:
+            ratios = [dr["x_plain"] for dr in row["domains"].values()]
+            value = min(ratios) if ratios and None not in ratios else None
+        else:
+            value = row[f"x_{ref}"]
+        if value is not None:
+            out.append({"name": name, "value": value, "goal": goal, "met": value >= goal})
+    return out
+
+
+def label(method: str, k: int | None = None) -> str:
+    """Display name of a method (``k``: shown for vLLM ngram)."""
+    if method.startswith("fixed:"):
+        return f"fixed {method[6:]}"
+    return LABELS[method] + (f" (K = {k})" if method == "ngram" and k else "")
+
+
+def _f(x, fmt: str = "{:.2f}") -> str:
+    return "–" if x is None else fmt.format(x)
+
+
+def _phase(c: int) -> str:
+    return "one request at a time" if c == 1 else f"{c} concurrent requests"
+
+
+def markdown(summary: dict) -> str:
+    """Per concurrency the speed table (tok/s, x plain, x ngram, MAT, s / request, outputs
+    equal to plain) and the per-domain speed-up table, then issue 12's targets."""
+    k = summary.get("settings", {}).get("bench_vllm", {}).get("k")
+    lines = []
+    for c in summary["concurrencies"]:
+        rows = [(m, v[str(c)]) for m, v in summary["methods"].items() if str(c) in v]
+        lines += [f"### vLLM, {_phase(c)}", "",
+                  "| method | tok/s | x plain | x ngram | MAT | s / request | outputs = plain |",
+                  "|---|---|---|---|---|---|---|"]
+        for m, r in rows:
+            same = {None: "–", True: "yes"}.get(r["identical"], f"no ({len(r['mismatched'])})")
+            lines.append(f"| {label(m, k)} | {_f(r['tok_s'], '{:.1f}')} | {_f(r['x_plain'])} | "
+                         f"{_f(r['x_ngram'])} | {_f(r['mat'])} | "
+                         f"{_f(r['s_per_request'], '{:.1f}')} | {same} |")
+        lines += ["", f"### vLLM per domain, tok/s x vLLM plain, {_phase(c)}", "",
+                  "| method | " + " | ".join(summary["domains"]) + " |",
+                  "|---|" + "---|" * len(summary["domains"])]
+        for m, r in rows:
+            lines.append(f"| {label(m, k)} | " + " | ".join(
+                _f(r["domains"].get(d, {}).get("x_plain")) for d in summary["domains"]) + " |")
+        lines.append("")
+    if summary["targets"]:
+        lines += ["### Issue 12 targets (HedgeSpec proposer)", "",
+                  "| target | value | goal | met |", "|---|---|---|---|"]
+        lines += [f"| {t['name']} | {t['value']:.2f} | {t['goal']:.2f} | "
+                  f"{'yes' if t['met'] else 'no'} |" for t in summary["targets"]]
+        lines.append("")
+    return "\n".join(lines)
+
+
+def plot(summary: dict, path: Path) -> Path:
+    """``path`` (PNG): tokens/s and speed-up over vLLM plain against the concurrency, one line
+    per method (the fixed drafters thin and grey)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    k = summary.get("settings", {}).get("bench_vllm", {}).get("k")
+    fig, axes = plt.subplots(1, 2, figsize=(10, 3.8))
+    for m, rows in summary["methods"].items():
+        cs = sorted(int(c) for c in rows)
+        fixed = m.startswith("fixed:")
+        style = {"color": "0.7", "lw": 0.8} if fixed else {"marker": "o", "label": label(m, k)}
+        for ax, key in zip(axes, ("tok_s", "x_plain"), strict=True):
+            ys = [rows[str(c)][key] for c in cs]
+            ax.plot(cs, [float("nan") if y is None else y for y in ys], **style)
+    for ax, ylabel in zip(axes, ("tokens / s", "x vLLM plain"), strict=True):
+        ax.set_xscale("log", base=2)
+        ax.set_xlabel("concurrent requests")
+        ax.set_ylabel(ylabel)
+    axes[1].axhline(1.0, color="k", lw=0.6, ls="--")
+    axes[0].legend(fontsize=7)
+    fig.suptitle("HedgeSpec in vLLM vs vLLM's own speculation (greedy)")
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path
