@@ -448,6 +448,7 @@ def plot(summary: dict, path: Path) -> Path:
             ax.plot(cs, [float("nan") if y is None else y for y in ys], **style)
     for ax, ylabel in zip(axes, ("tokens / s", "x vLLM plain"), strict=True):
         ax.set_xscale("log", base=2)
+        ax.set_xticks(summary["concurrencies"], [str(c) for c in summary["concurrencies"]])
         ax.set_xlabel("concurrent requests")
         ax.set_ylabel(ylabel)
     axes[1].axhline(1.0, color="k", lw=0.6, ls="--")
