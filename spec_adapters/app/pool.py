@@ -28,31 +28,40 @@ Generalist vs specialists: a specialist n-gram sees ``max_train_tokens`` tokens 
 domain; the generalist sees the same budget drawn equally from every domain (an equal
 training-budget comparison; an n-gram model on the *union* of all corpora would be as sharp as
 each specialist, the capacity limit of a single EAGLE head has no n-gram analogue otherwise).
+
+Here: the config, the loaded pool, which entries a config asks for, and building (in that
+order, under the lock) and loading them. An entry's identity, file names and sidecar:
+:mod:`spec_adapters.app.pool_entries`; its training material and per-kind writers:
+:mod:`spec_adapters.app.pool_builders`.
 """
 
 from __future__ import annotations
 
-import itertools
-import json
 import math
-import os
-import shutil
 import time
-from collections.abc import Collection, Iterable
+from collections.abc import Collection
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from spec_adapters.app.log import log as _log
-from spec_adapters.store.atomic import atomic_folder, build_lock, sweep
-from spec_adapters.store.integrity import CacheError, expect_digests, file_digests, verify_files
-from spec_adapters.store.keys import entry_key
+from spec_adapters.app.pool_builders import (
+    answers_for,
+    domain_tokens,
+    mix_domains,
+    router_texts,
+    save_answers,
+    save_head,
+    save_ngram,
+    token_window,
+)
+from spec_adapters.app.pool_entries import FORMAT, Entry, check_entry, remove_entry, write_sidecar
+from spec_adapters.store.atomic import build_lock, sweep
+from spec_adapters.store.integrity import CacheError
 from spec_adapters.vllm.pool_settings import NGramPoolSettings
 from spec_adapters.vllm.target_pool import target_id
 
-__all__ = ["Pool", "PoolConfig", "PoolCorruptError", "build_pool", "load_pool", "pool_dir",
-           "prompt_lookup"]
-
-FORMAT = 2  # 2: entries named by a hash of their settings; sidecars name no files of their own
+__all__ = ["FORMAT", "Pool", "PoolConfig", "PoolCorruptError", "build_pool", "describe",
+           "load_pool", "pool_dir", "prompt_lookup"]
 
 
 class PoolCorruptError(CacheError):
@@ -165,7 +174,7 @@ class Pool:
 
 
 # ------------------------------------------------------------------------------------------
-# folder bookkeeping
+# the folder and the entries a config asks for
 # ------------------------------------------------------------------------------------------
 def _target_id(model, tokenizer) -> str:
     """Folder name of a target's pool: the model folder's *name* (not its path, so the same
@@ -182,250 +191,37 @@ def pool_dir(cache_dir, model, tokenizer) -> Path:
     return Path(cache_dir) / "pool" / _target_id(model, tokenizer)
 
 
-@dataclass
-class _Entry:
-    """One pool entry: what it is (``kind``, ``name``), how it is built (``settings``) and,
-    derived from those, the names of its files."""
-
-    name: str
-    kind: str  # answers, ngram, extra, eagle, router
-    settings: dict
-    folder: Path
-
-    @property
-    def key(self) -> str:
-        return entry_key(self.name, self.settings)
-
-    @property
-    def path(self) -> Path:
-        return self.folder / (self.key if self.kind == "eagle" else f"{self.key}.npz")
-
-    @property
-    def sidecar(self) -> Path:
-        return self.folder / f"{self.key}.json"
-
-    @property
-    def files(self) -> list[str]:
-        """The entry's files, relative to the pool folder: named by the entry itself."""
-        if self.kind == "eagle":
-            from spec_adapters.eagle.head import CONFIG_NAME, WEIGHTS_NAME
-
-            return [f"{self.key}/{CONFIG_NAME}", f"{self.key}/{WEIGHTS_NAME}"]
-        return [self.path.name]
-
-
-def _write_sidecar(entry: _Entry) -> None:
-    meta = {"format": FORMAT, "kind": entry.kind, "name": entry.name,
-            "settings": entry.settings, "files": file_digests(entry.folder, entry.files)}
-    tmp = entry.sidecar.with_name(entry.sidecar.name + ".tmp")
-    tmp.write_text(json.dumps(meta, indent=1))
-    os.replace(tmp, entry.sidecar)
-
-
-def _check_entry(entry: _Entry) -> str | None:
-    """``None`` when ``entry`` is complete and its files match their checksums; else why not.
-    ``"missing"`` when nothing of it is there at all."""
-    if not entry.path.exists() and not entry.sidecar.exists():
-        return "missing"
-    try:
-        meta = json.loads(entry.sidecar.read_text())
-    except (OSError, ValueError) as err:
-        return f"its sidecar {entry.sidecar.name} is missing or unreadable ({type(err).__name__})"
-    if not isinstance(meta, dict) or meta.get("format") != FORMAT \
-            or meta.get("kind") != entry.kind or meta.get("settings") != entry.settings:
-        return f"its sidecar {entry.sidecar.name} does not describe this entry"
-    try:
-        verify_files(entry.folder, expect_digests(meta.get("files"), entry.files, entry.sidecar))
-    except CacheError as err:
-        return str(err)
-    return None
-
-
-def _remove_entry(entry: _Entry) -> None:
-    for p in (entry.path, entry.sidecar):
-        if p.is_dir() and not p.is_symlink():
-            shutil.rmtree(p)
-        else:
-            p.unlink(missing_ok=True)
-
-
-def _entries(cfg: PoolConfig, folder: Path, V: int) -> list[_Entry]:
+def _entries(cfg: PoolConfig, folder: Path, V: int) -> list[Entry]:
     """Every entry ``cfg`` asks for, in build order (answers before the n-grams using them)."""
     ans = {"n": cfg.answers_per_domain, "tokens": cfg.answer_tokens}
     ngram = NGramPoolSettings(cfg.domains, cfg.ngram_order, cfg.max_train_tokens,
                               cfg.answers_per_domain, cfg.answer_tokens, cfg.answer_weight)
     base = ngram.base(V)
-    out: list[_Entry] = []
+    out: list[Entry] = []
     if cfg.answers_per_domain:
-        out += [_Entry(f"answers-{d}", "answers", {**ans, "domain": d}, folder)
+        out += [Entry(f"answers-{d}", "answers", {**ans, "domain": d}, folder)
                 for d in cfg.domains]
-    out += [_Entry(n, "ngram", st, folder) for n, st in ngram.entries(V).items()]
-    out += [_Entry(f"extra-{d}-{s}", "extra",
-                   {**base, "domain": d, "shard": s, "shards": cfg.extra_shards,
-                    "order": max(2, cfg.ngram_order - s % 2)}, folder)
+    out += [Entry(n, "ngram", st, folder) for n, st in ngram.entries(V).items()]
+    out += [Entry(f"extra-{d}-{s}", "extra",
+                  {**base, "domain": d, "shard": s, "shards": cfg.extra_shards,
+                   "order": max(2, cfg.ngram_order - s % 2)}, folder)
             for d in cfg.domains for s in range(cfg.extra_shards)]
     if cfg.eagle_steps:
         hb = {"steps": cfg.eagle_steps, "batch": cfg.eagle_batch, "seq_len": cfg.eagle_seq_len,
               "draft_vocab": cfg.eagle_draft_vocab, "tokens": cfg.max_train_tokens,
               "seed": cfg.seed}
-        out += [_Entry(f"eagle-{d}", "eagle", {**hb, "domain": d}, folder) for d in cfg.domains]
-        out.append(_Entry("eagle-general", "eagle", {**hb, "domains": list(cfg.domains)},
-                          folder))
+        out += [Entry(f"eagle-{d}", "eagle", {**hb, "domain": d}, folder) for d in cfg.domains]
+        out.append(Entry("eagle-general", "eagle", {**hb, "domains": list(cfg.domains)},
+                         folder))
     if cfg.router:
-        out.append(_Entry("router", "router",
-                          {"labels": list(cfg.domains), "seed": cfg.seed, "format": 1}, folder))
+        out.append(Entry("router", "router",
+                         {"labels": list(cfg.domains), "seed": cfg.seed, "format": 1}, folder))
     return out
 
 
 # ------------------------------------------------------------------------------------------
 # building
 # ------------------------------------------------------------------------------------------
-def _tokenize_budget(texts: Iterable[str], tokenizer, budget: int) -> list[list[int]]:
-    """Tokenise documents in order until ``budget`` tokens (the last one cut)."""
-    docs, total, batch = [], 0, []
-
-    def flush():
-        nonlocal total
-        for ids in tokenizer(batch, add_special_tokens=False)["input_ids"]:
-            if total >= budget:
-                break
-            ids = ids[: budget - total]
-            docs.append(ids)
-            total += len(ids)
-        batch.clear()
-
-    for t in texts:
-        if total >= budget:
-            break
-        batch.append(t)
-        if sum(map(len, batch)) > 4 * (budget - total) // 3 + 1 or len(batch) >= 64:
-            flush()
-    if batch and total < budget:
-        flush()
-    return docs
-
-
-def _domain_tokens(domains, tokenizer, budget: int) -> dict[str, list[list[int]]]:
-    return {name: _tokenize_budget(d.train, tokenizer, budget) for name, d in domains.items()}
-
-
-def _mix(tokens: dict[str, list[list[int]]], budget: int) -> list[list[int]]:
-    """Equal share of ``budget`` tokens from every domain (documents interleaved)."""
-    share = budget // max(1, len(tokens))
-    out = []
-    for docs in tokens.values():
-        total = 0
-        for d in docs:
-            if total >= share:
-                break
-            out.append(d[: share - total])
-            total += len(out[-1])
-    return out
-
-
-def _save_ngram(entry: _Entry, docs, vocab_size: int, order: int, answers=(),
-                answer_weight: float = 1.0) -> None:
-    from spec_adapters.drafters.ngram import NGramDrafter
-
-    answers = list(answers)
-    kw = {"weights": [1.0] * len(docs) + [answer_weight] * len(answers)} if answers else {}
-    drafter = NGramDrafter.from_corpus(list(docs) + answers, vocab_size, order=order,
-                                       name=entry.name, **kw)
-    drafter.save(entry.path)  # atomic (temporary file renamed)
-    _write_sidecar(entry)
-
-
-def _save_head(entry: _Entry, model, docs, cfg: PoolConfig) -> None:
-    import torch
-
-    from spec_adapters.eagle.train import TrainConfig, train_head
-
-    corpus = torch.tensor([t for d in docs for t in d], dtype=torch.long)
-    work = entry.path.with_name(entry.path.name + ".partial")  # resumable checkpoints
-    tc = TrainConfig(steps=cfg.eagle_steps, batch_size=cfg.eagle_batch,
-                     seq_len=cfg.eagle_seq_len, draft_vocab_size=cfg.eagle_draft_vocab,
-                     seed=cfg.seed, eval_every=max(cfg.eagle_steps, 1))
-    head, _history = train_head(model, corpus, out_dir=work, config=tc, progress=True,
-                                log=lambda *a, **k: None)
-    head.config.extra["name"] = entry.name
-    with atomic_folder(entry.path) as tmp:
-        head.save_pretrained(tmp)  # ValueError on non-finite weights (diverged training)
-    shutil.rmtree(work, ignore_errors=True)
-    _write_sidecar(entry)
-
-
-def _save_answers(entry: _Entry, model, tokenizer, domain, cfg: PoolConfig,
-                  batch_size: int = 8) -> None:
-    """The target's greedy answers to ``domain.train_prompts[:n]``, batched (left padding),
-    cut at the first EOS; saved as one ``.npz`` of concatenated ids + offsets."""
-    import numpy as np
-    import torch
-    from tqdm.auto import tqdm
-
-    from spec_adapters.app.domains import chat_ids
-
-    prompts = list(domain.train_prompts[:cfg.answers_per_domain]) or \
-        [t[:300] for t in domain.train[:cfg.answers_per_domain]]
-    eos = model.generation_config.eos_token_id
-    eos = set(eos if isinstance(eos, list) else [eos]) - {None}
-    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else next(iter(eos), 0)
-    answers = []
-    for a in tqdm(range(0, len(prompts), batch_size), desc=f"target answers {domain.name}",
-                  unit="batch", leave=False):
-        ids = [chat_ids(tokenizer, p) for p in prompts[a:a + batch_size]]
-        L = max(len(x) for x in ids)
-        inp = torch.full((len(ids), L), pad, dtype=torch.long)
-        mask = torch.zeros((len(ids), L), dtype=torch.long)
-        for i, x in enumerate(ids):
-            inp[i, L - len(x):], mask[i, L - len(x):] = x, 1
-        with torch.inference_mode():
-            out = model.generate(inp, attention_mask=mask, max_new_tokens=cfg.answer_tokens,
-                                 do_sample=False, pad_token_id=pad)
-        for row in out[:, L:].tolist():
-            cut = next((j for j, t in enumerate(row) if t in eos), len(row))
-            answers.append(row[:cut])
-    flat = np.array([t for x in answers for t in x], dtype=np.int64)
-    offsets = np.cumsum([0, *map(len, answers)]).astype(np.int64)
-    tmp = entry.path.with_name(entry.path.name + ".tmp.npz")
-    np.savez(tmp, ids=flat, offsets=offsets)
-    os.replace(tmp, entry.path)
-    _write_sidecar(entry)
-
-
-def _answers_for(entries: dict[str, _Entry], cfg: PoolConfig,
-                 domain: str | None) -> list[list[int]]:
-    """The cached answers of one domain, or (``None``) an equal share of every domain's."""
-    import numpy as np
-
-    if not cfg.answers_per_domain:
-        return []
-
-    def read(d):
-        with np.load(entries[f"answers-{d}"].path) as z:
-            ids, off = z["ids"], z["offsets"]
-        return [ids[a:b].tolist() for a, b in itertools.pairwise(off)]
-
-    if domain is not None:
-        return read(domain)
-    per = [read(d) for d in cfg.domains]  # round robin until the same count as one domain
-    mixed = [a for j in range(cfg.answers_per_domain) for a in (x[j] for x in per if j < len(x))]
-    return mixed[:cfg.answers_per_domain]
-
-
-def _router_texts(domains, per_domain: int = 300, chars: int = 300, seed: int = 0):
-    """Labelled router training snippets: the first ``chars`` characters of training docs."""
-    import random
-
-    texts, labels = [], []
-    for name, d in domains.items():
-        docs = [t for t in d.train if t.strip()]
-        random.Random(f"{seed}:{name}").shuffle(docs)
-        for t in docs[:per_domain]:
-            texts.append(t[:chars])
-            labels.append(name)
-    return texts, labels
-
-
 def build_pool(model, tokenizer, cache_dir, config: PoolConfig | None = None, *,
                domains=None, progress: bool = True, rebuild: Collection[str] = ()) -> Path:
     """Build (or complete) the drafter pool for ``model`` in ``<cache_dir>/pool/<target-id>``.
@@ -464,7 +260,7 @@ def build_pool(model, tokenizer, cache_dir, config: PoolConfig | None = None, *,
     entries = _entries(cfg, folder, V)
 
     def problems():
-        out = [(e, "rebuild requested" if e.name in rebuild else _check_entry(e))
+        out = [(e, "rebuild requested" if e.name in rebuild else check_entry(e))
                for e in entries]
         return [(e, why) for e, why in out if why is not None]
 
@@ -498,7 +294,7 @@ def _build(model, tokenizer, cache_dir, cfg, domains, entries, todo, V, progress
     for e, why in todo:
         if why != "missing":
             _log(f"pool entry {e.path} is unusable ({why}); rebuilding it")
-            _remove_entry(e)
+            remove_entry(e)
 
     tokens: dict[str, list[list[int]]] = {}
     bar = tqdm(todo, desc="drafter pool", unit="entry", disable=not progress)
@@ -508,44 +304,30 @@ def _build(model, tokenizer, cache_dir, cfg, domains, entries, todo, V, progress
         st = e.settings
         if e.kind not in ("router", "answers") and not tokens:
             budget = cfg.max_train_tokens * max(1, 1 + cfg.extra_shards)
-            tokens = _domain_tokens(domains, tokenizer, budget)
+            tokens = domain_tokens(domains, tokenizer, budget)
         if e.kind == "answers":
-            _save_answers(e, model, tokenizer, domains[st["domain"]], cfg)
+            save_answers(e, model, tokenizer, domains[st["domain"]], cfg)
         elif e.kind == "router":
             from spec_adapters.app.router import Router
 
-            texts, labels = _router_texts(domains, seed=cfg.seed)
+            texts, labels = router_texts(domains, seed=cfg.seed)
             Router(list(cfg.domains)).fit(texts, labels).save(e.path)
-            _write_sidecar(e)
+            write_sidecar(e)
         elif e.kind == "extra":
             d, s = st["domain"], st["shard"]
-            docs = _budget(tokens[d], cfg.max_train_tokens // 4,
-                           skip=cfg.max_train_tokens + s * (cfg.max_train_tokens // 4))
-            _save_ngram(e, docs or tokens[d], V, st["order"])
+            docs = token_window(tokens[d], cfg.max_train_tokens // 4,
+                                skip=cfg.max_train_tokens + s * (cfg.max_train_tokens // 4))
+            save_ngram(e, docs or tokens[d], V, st["order"])
         else:  # ngram or eagle, specialist or generalist
             general = "domains" in st
-            docs = _budget(_mix(tokens, cfg.max_train_tokens) if general
-                           else tokens[st["domain"]], cfg.max_train_tokens)
+            docs = token_window(mix_domains(tokens, cfg.max_train_tokens) if general
+                                else tokens[st["domain"]], cfg.max_train_tokens)
             if e.kind == "ngram":
-                extra = _answers_for(by_name, cfg, None if general else st["domain"])
-                _save_ngram(e, docs, V, cfg.ngram_order, extra, cfg.answer_weight)
+                extra = answers_for(by_name, cfg, None if general else st["domain"])
+                save_ngram(e, docs, V, cfg.ngram_order, extra, cfg.answer_weight)
             else:
-                _save_head(e, model, docs, cfg)
+                save_head(e, model, docs, cfg)
         _log(f"built {e.name} in {time.perf_counter() - t0:.1f} s")
-
-
-def _budget(docs: list[list[int]], budget: int, skip: int = 0) -> list[list[int]]:
-    """The documents covering tokens ``[skip, skip + budget)`` of ``docs``."""
-    out, pos = [], 0
-    for d in docs:
-        a, b = pos, pos + len(d)
-        pos = b
-        lo, hi = max(a, skip), min(b, skip + budget)
-        if lo < hi:
-            out.append(d[lo - a:hi - a])
-        if pos >= skip + budget:
-            break
-    return out
 
 
 # ------------------------------------------------------------------------------------------
@@ -557,7 +339,7 @@ def prompt_lookup(vocab_size: int):
     return PromptLookupDrafter(vocab_size, max_ngram=3, name="prompt-lookup")
 
 
-def _load_entry(entry: _Entry, model):
+def _load_entry(entry: Entry, model):
     """The drafter, head or router stored by ``entry``; ``ValueError`` when it is not one."""
     if entry.kind == "eagle":
         from spec_adapters.eagle import EagleHead
@@ -576,12 +358,12 @@ def _load_entry(entry: _Entry, model):
     return drafter
 
 
-def _load_entries(entries: list[_Entry], model, check: bool) -> tuple[dict, dict]:
+def _load_entries(entries: list[Entry], model, check: bool) -> tuple[dict, dict]:
     """``(loaded, failed)``: name -> object, name -> why it is unusable. With ``check`` the
     checksums are verified first (``build_pool`` has just done so otherwise)."""
     loaded, failed = {}, {}
     for e in entries:
-        why = _check_entry(e) if check else None
+        why = check_entry(e) if check else None
         if why is None:
             try:
                 loaded[e.name] = _load_entry(e, model)

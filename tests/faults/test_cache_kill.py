@@ -15,7 +15,8 @@ import time
 import pytest
 
 from spec_adapters.app import domains as dm
-from spec_adapters.app.pool import _check_entry, build_pool, load_pool
+from spec_adapters.app.pool import build_pool, load_pool
+from spec_adapters.app.pool_entries import check_entry
 from spec_adapters.hf import models
 from spec_adapters.store.atomic import temporaries
 
@@ -115,7 +116,7 @@ def _pool_build(world, cache):
 
 def _assert_pool_recovers(world, folder, capsys):
     for e in world.entries(folder).values():  # nothing that looks complete is wrong
-        if _check_entry(e) is None:
+        if check_entry(e) is None:
             for f in e.files:
                 assert (folder / f).read_bytes() == world.reference[f], f
     pool = load_pool(world.model, world.tok, folder.parents[1], world.cfg, progress=False)

@@ -14,7 +14,8 @@ import numpy as np
 import pytest
 import torch
 
-from spec_adapters.app.pool import PoolCorruptError, _write_sidecar, load_pool
+from spec_adapters.app.pool import PoolCorruptError, load_pool
+from spec_adapters.app.pool_entries import write_sidecar
 from spec_adapters.store import integrity
 
 from .cache_world import World, config, patch_router
@@ -174,7 +175,7 @@ def _born_bad(entry) -> None:
         arrays["W"][0, 0] = np.inf
         with open(entry.path, "wb") as fh:
             np.savez(fh, **arrays)
-    _write_sidecar(entry)
+    write_sidecar(entry)
 
 
 @pytest.mark.parametrize("name", ["eagle-math", "router"])

@@ -16,11 +16,12 @@ def write_pool(folder: Path, vocab_size: int, docs: dict[str, list[list[int]]],
     """One specialist per ``docs`` key (its domain) on ``docs[domain]`` and the generalist on
     ``general``, with ``settings`` (``NGramPoolSettings`` fields) for the rest; returns the
     pool's settings."""
-    from spec_adapters.app.pool import _Entry, _save_ngram
+    from spec_adapters.app.pool_builders import save_ngram
+    from spec_adapters.app.pool_entries import Entry
 
     pool = NGramPoolSettings(domains=tuple(docs), **settings)
     folder.mkdir(parents=True, exist_ok=True)
     for name, st in pool.entries(vocab_size).items():
         corpus = general if name == "ngram-general" else docs[name.removeprefix("ngram-")]
-        _save_ngram(_Entry(name, "ngram", st, folder), corpus, vocab_size, pool.ngram_order)
+        save_ngram(Entry(name, "ngram", st, folder), corpus, vocab_size, pool.ngram_order)
     return pool
