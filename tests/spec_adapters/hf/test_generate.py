@@ -233,14 +233,15 @@ def test_unavailable_cuda_device_is_one_usage_line(capsys):
 
 
 def test_device_and_dtype_reach_the_loaded_target(tmp_path):
-    from spec_adapters.app.cli import _load_target, build_parser
+    from spec_adapters.app.cli import build_parser
+    from spec_adapters.app.cmd_setup import target_from_args
     from tests.spec_adapters.bench_fixtures import make_target_folder
 
     folder = make_target_folder(tmp_path)
     args = build_parser().parse_args(["generate", "--prompt", "hi", "--target", str(folder),
                                       "--cache-dir", str(tmp_path / "cache"),
                                       "--dtype", "bfloat16", "--device", "cpu"])
-    model, _tok = _load_target(args)
+    model, _tok = target_from_args(args)
     assert {p.dtype for p in model.parameters()} == {torch.bfloat16}
     assert {p.device.type for p in model.parameters()} == {"cpu"}
     default = build_parser().parse_args(["generate", "--prompt", "hi", "--target", str(folder)])

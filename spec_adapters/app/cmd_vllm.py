@@ -1,0 +1,56 @@
+"""The ``hedgespec`` commands that run vLLM: ``serve`` (its OpenAI-compatible server with the
+HedgeSpec proposer, :mod:`spec_adapters.app.serve`) and ``bench-vllm`` (HedgeSpec inside vLLM
+against vLLM plain and ngram, :mod:`spec_adapters.app.bench_vllm`)."""
+
+from __future__ import annotations
+
+import argparse
+import os
+from pathlib import Path
+
+from spec_adapters.app.cmd_setup import UserError, prepared_domains, target_from_args
+
+__all__ = ["cmd_bench_vllm", "cmd_serve"]
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    """vLLM's OpenAI-compatible server speculating with HedgeSpec (spec_adapters.app.serve)."""
+    from spec_adapters.app.serve import serve
+
+    target = Path(args.target).expanduser() if args.target else None
+    if target is None or not (target / "config.json").is_file():
+        model, _tok = target_from_args(args)  # a .gguf (default: the wheel's) is converted once
+        target = Path(model.config.name_or_path)
+        del model
+    extra = args.vllm_args[1:] if args.vllm_args[:1] == ["--"] else args.vllm_args
+    try:
+        return serve(target, port=args.port, policy=args.policy, k=args.k,
+                     cache_dir=args.cache_dir, vllm_args=extra)
+    except (ValueError, FileNotFoundError) as err:
+        raise UserError(str(err)) from None
+
+
+def cmd_bench_vllm(args: argparse.Namespace) -> int:
+    """HedgeSpec inside vLLM against vLLM plain and ngram (spec_adapters.app.bench_vllm)."""
+    from dataclasses import replace
+
+    from spec_adapters.app.bench_vllm import PRESETS, markdown, run_bench_vllm
+    from spec_adapters.vllm.target_pool import pool_folder
+
+    sizes = {"queries_per_domain": args.queries_per_domain,
+             "max_new_tokens": args.max_new_tokens}
+    cfg = replace(PRESETS[args.preset], **{k: v for k, v in sizes.items() if v is not None})
+    model, tok = target_from_args(args)  # a .gguf (default: the wheel's) is converted once
+    target = Path(model.config.name_or_path)
+    del model
+    domains = prepared_domains(args)
+    out = Path(args.out or f"results/bench-vllm-{args.preset}")
+    try:
+        summary = run_bench_vllm(target, tok, domains, pool_folder(target, args.cache_dir), cfg,
+                                 out, cache_dir=args.cache_dir,
+                                 threads=args.threads or min(2, os.cpu_count() or 1))
+    except (ValueError, RuntimeError, FileNotFoundError) as err:
+        raise UserError(str(err)) from None
+    print(markdown(summary))
+    print(f"results: {out}/results.json, {out}/tables.md, {out}/bench_vllm.png")
+    return 0
