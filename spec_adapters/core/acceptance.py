@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import torch
 
-from spec_adapters.core.proposal import Rows, as_rows, check_distribution
+from spec_adapters.core.proposal import Rows, check_distribution, target_and_draft
 
 __all__ = ["acceptance_probability", "greedy_tree_acceptance", "tree_acceptance"]
 
@@ -67,14 +67,7 @@ def acceptance_probability(
     -----
     Dense ``q``: O(prod(shape)) time, materialises the broadcast ``min`` once.
     """
-    q = as_rows(q)
-    if validate:
-        check_distribution(p, "p")
-        q.check("q")
-    if p.shape[-1] != q.vocab_size:
-        raise ValueError(
-            f"p and q must share the vocabulary dimension, got {p.shape[-1]} and {q.vocab_size}"
-        )
+    q = target_and_draft(p, q, validate)
     _broadcast_lead("p", p.shape[:-1], "q", q.lead)
     return q.to(p.device).overlap(p).clamp_(0.0, 1.0)
 

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import torch
 
-from spec_adapters.core.proposal import Rows, as_rows, check_distribution
+from spec_adapters.core.proposal import Rows, target_and_draft
 
 __all__ = [
     "corrected_acceptance_length",
@@ -161,14 +161,7 @@ def realized_ratio(p: torch.Tensor, q: torch.Tensor | Rows, tokens: torch.Tensor
     ``p(x) rho(x) = min(p(x), q(x))``: the probability that the drafter would have proposed
     ``x`` and had it accepted. Greedy (one-hot ``p``, ``x = argmax p``): ``rho = q(x)``.
     """
-    q = as_rows(q)
-    if validate:
-        check_distribution(p, "p")
-        q.check("q")
-    if p.shape[-1] != q.vocab_size:
-        raise ValueError(
-            f"p and q must share the vocabulary dimension, got {p.shape[-1]} and {q.vocab_size}"
-        )
+    q = target_and_draft(p, q, validate)
     if (
         not isinstance(tokens, torch.Tensor)
         or tokens.is_floating_point()

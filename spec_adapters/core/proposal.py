@@ -38,7 +38,7 @@ if TYPE_CHECKING:
     from spec_adapters.core.sampling import SamplingConfig
 
 __all__ = ["Base", "Dense", "PointMass", "Proposal", "Rows", "Sparse", "as_rows", "cat_rows",
-           "check_distribution", "draw", "stack_rows", "warp"]
+           "check_distribution", "draw", "stack_rows", "target_and_draft", "warp"]
 
 # Base tolerance on |sum(p) - 1| by dtype (widened by V * eps in check_distribution): it must
 # reject logits, unnormalised weights or a missing renormalisation.
@@ -417,6 +417,21 @@ def as_rows(q) -> Rows:
         return Dense(q)
     raise ValueError(f"q must be a Rows form or a tensor of probabilities, got "
                      f"{type(q).__name__}")
+
+
+def target_and_draft(p: torch.Tensor, q, validate: bool = True) -> Rows:
+    """``q`` as :class:`Rows`, checked against the dense target rows ``p`` (the shared input
+    check of gamma and rho): with ``validate``, both are probability vectors; always, they
+    share the vocabulary dimension (``ValueError`` otherwise)."""
+    q = as_rows(q)
+    if validate:
+        check_distribution(p, "p")
+        q.check("q")
+    if p.shape[-1] != q.vocab_size:
+        raise ValueError(
+            f"p and q must share the vocabulary dimension, got {p.shape[-1]} and {q.vocab_size}"
+        )
+    return q
 
 
 def warp(pred, sampling: SamplingConfig) -> Rows:
