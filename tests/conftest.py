@@ -12,6 +12,9 @@ import pytest
 collect_ignore_glob = [] if importlib.util.find_spec("vllm") else ["vllm/*"]
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
+# one OpenMP thread, set before torch is imported: the tests are single-threaded (see _torch),
+# and tests/faults fork children, which deadlock on an OpenMP pool started with more threads
+os.environ["OMP_NUM_THREADS"] = "1"
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 

@@ -51,110 +51,18 @@ from pathlib import Path
 import numpy as np
 
 from spec_adapters.app.bench_aggregate import aggregate
+from spec_adapters.app.bench_config import (
+    DECODER_POLICIES,
+    PRESETS,
+    VARIANTS,
+    BenchConfig,
+)
 from spec_adapters.app.bench_plots import plot
 from spec_adapters.app.bench_tables import markdown_tables
 from spec_adapters.app.log import log
 from spec_adapters.app.measure import median_ms, run_decoder
 
 __all__ = ["PRESETS", "BenchConfig", "run_bench", "with_overrides"]
-
-POLICIES = ("normalhedge", "normalhedge-cost", "hedge", "adahedge", "exp3spec", "ucbspec",
-            "metasd-ucb")
-# a benchmark method name -> (the decoder's policy, cost_aware)
-DECODER_POLICIES = {m: (m, False) for m in POLICIES} | {"normalhedge-cost": ("normalhedge", True)}
-VARIANTS = {
-    "prefix": "You are a careful assistant. Read the request below and reply helpfully.\n\n{p}",
-    "twice": "{p}\n\nAnswer twice and pick the better answer.",
-}
-
-
-@dataclass
-class BenchConfig:
-    """Sizes and settings of one benchmark run (see :data:`PRESETS`).
-
-    Attributes
-    ----------
-    queries_per_domain : int
-        Greedy mixed stream: held-out prompts per domain.
-    sampled_queries_per_domain : int
-        Sampled stream (``temperature``): prompts per domain (the first ones of the greedy
-        stream); 0 skips it.
-    max_new_tokens, draft_length : int
-    temperature : float
-    policies : tuple of str
-        Learners to run greedy (subset of :data:`POLICIES`).
-    sampled_policies, poolsize_policies : tuple of str
-        Learners of the sampled stream and of the pool-size sweep.
-    hf_lookup : bool
-        Also transformers' prompt lookup decoding (``K`` tokens), greedy and sampled.
-    fixed : bool
-        Also every pool drafter fixed (Table 1, and the generalist / specialist / router /
-        oracle rows and the regret curves, which are read off those runs).
-    variant_queries_per_domain : int
-        Router robustness: prompts per domain decoded in their "twice" variant (0 skips);
-        ``router_accuracy_prompts`` per domain are only classified.
-    pool_sizes : tuple of int
-        Fig. 5b pool sizes (needs shard-trained extras in the pool for N > base pool).
-    poolsize_queries_per_domain : int
-    overhead : bool
-        Table 2 micro-measurements.
-    seed : int
-        Stream order and per-query seeds.
-    """
-
-    queries_per_domain: int = 2
-    sampled_queries_per_domain: int = 1
-    max_new_tokens: int = 64
-    draft_length: int = 4
-    temperature: float = 0.7
-    policies: tuple[str, ...] = POLICIES
-    sampled_policies: tuple[str, ...] = ("normalhedge", "exp3spec", "ucbspec")
-    hf_lookup: bool = True
-    fixed: bool = True
-    variant_queries_per_domain: int = 1
-    router_accuracy_prompts: int = 30
-    pool_sizes: tuple[int, ...] = (2, 8, 32)
-    poolsize_queries_per_domain: int = 1
-    poolsize_policies: tuple[str, ...] = ("normalhedge", "exp3spec")
-    overhead: bool = True
-    seed: int = 0
-
-    def __post_init__(self) -> None:
-        bad = [p for p in (*self.policies, *self.sampled_policies, *self.poolsize_policies)
-               if p not in POLICIES]
-        if bad:
-            raise ValueError(f"unknown policies {bad}; expected a subset of {POLICIES}")
-        if self.queries_per_domain < 1 or self.max_new_tokens < 1 or self.draft_length < 1:
-            raise ValueError("queries_per_domain, max_new_tokens and draft_length must be >= 1")
-        self.policies = tuple(self.policies)
-        self.sampled_policies = tuple(self.sampled_policies)
-        self.poolsize_policies = tuple(self.poolsize_policies)
-        self.pool_sizes = tuple(int(n) for n in self.pool_sizes)
-
-
-PRESETS: dict[str, BenchConfig] = {
-    # make demo: the comparison table on one prompt per domain, minutes on 2 cores
-    "demo": BenchConfig(queries_per_domain=1, sampled_queries_per_domain=0, max_new_tokens=40,
-                        policies=("normalhedge-cost", "normalhedge", "exp3spec"), hf_lookup=True,
-                        variant_queries_per_domain=0, router_accuracy_prompts=0,
-                        pool_sizes=(), overhead=False),
-    # every section, smallest sizes: ~1 hour on a busy 2-core machine
-    "small": BenchConfig(queries_per_domain=1, max_new_tokens=40),
-    # the speed comparison on 2 CPU cores in ~10 min with the default target and pool: target,
-    # HF prompt lookup and every learner (not the fixed drafters: --fixed adds them), greedy
-    "speed": BenchConfig(queries_per_domain=2, sampled_queries_per_domain=0, max_new_tokens=128,
-                         policies=("normalhedge-cost", "normalhedge", "exp3spec", "ucbspec",
-                                   "metasd-ucb"), fixed=False, variant_queries_per_domain=0,
-                         router_accuracy_prompts=0, pool_sizes=(), overhead=False),
-    # every method and section: 5 prompts per domain, greedy and 0.7 on the same prompts, 256
-    # new tokens (or EOS)
-    "full": BenchConfig(queries_per_domain=5, sampled_queries_per_domain=5,
-                        max_new_tokens=256, sampled_policies=POLICIES,
-                        variant_queries_per_domain=2, router_accuracy_prompts=100,
-                        pool_sizes=(1, 2, 4, 8, 16, 32), poolsize_queries_per_domain=2,
-                        poolsize_policies=("normalhedge", "exp3spec", "ucbspec")),
-}
-
 
 @dataclass
 class Query:

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 if TYPE_CHECKING:
-    from spec_adapters.app.bench import BenchConfig
+    from spec_adapters.app.bench_config import BenchConfig
 
 __all__ = ["aggregate", "regret_curves"]
 

