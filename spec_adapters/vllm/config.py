@@ -11,6 +11,9 @@ Keys (all optional)::
                                            # it was built with (NGramPoolSettings fields;
                                            # default: train-drafters without options)
      "prompt_lookup": [1, 2, 3, 4],        # prompt-lookup drafters, one per n-gram size
+     "suffix": true,                       # a suffix drafter (after the prompt lookups),
+     "suffix_max_tokens": 200000,          # its memory of finished requests, shared by all
+                                           # requests (the oldest evicted past the cap)
      "policy": "normalhedge",              # hedge | adahedge | exp3spec | ucbspec | fixed:<i>
      "k": 4,                               # K, at most vLLM's num_speculative_tokens
      "cost_aware": true,                   # experts (drafter, k), k = 0 no draft; else k = K
@@ -45,6 +48,8 @@ class ProposerConfig:
     cache_dir: str | None = None
     pool_settings: NGramPoolSettings = field(default_factory=NGramPoolSettings)
     prompt_lookup: tuple[int, ...] = (1, 2, 3, 4)
+    suffix: bool = True
+    suffix_max_tokens: int = 200_000
     policy: str = "normalhedge"
     k: int | None = None
     cost_aware: bool = True
@@ -65,12 +70,14 @@ class ProposerConfig:
                 isinstance(n, int) and not isinstance(n, bool) and n >= 1
                 for n in self.prompt_lookup):
             bad(f"prompt_lookup must be a list of integers >= 1, got {self.prompt_lookup!r}")
-        for name in ("idle_steps", "seed") + (("k",) if self.k is not None else ()):
+        for name in ("idle_steps", "seed", "suffix_max_tokens") + (
+                ("k",) if self.k is not None else ()):
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, int) or v < (1 if name != "seed" else 0):
                 bad(f"{name} must be an integer >= {1 if name != 'seed' else 0}, got {v!r}")
-        if not isinstance(self.cost_aware, bool):
-            bad(f"cost_aware must be true or false, got {self.cost_aware!r}")
+        for name in ("cost_aware", "suffix"):
+            if not isinstance(getattr(self, name), bool):
+                bad(f"{name} must be true or false, got {getattr(self, name)!r}")
         for name in ("pool", "cache_dir"):
             v = getattr(self, name)
             if v is not None and not isinstance(v, str):
@@ -79,8 +86,8 @@ class ProposerConfig:
             bad(f"pool folder {self.pool} does not exist")
         if not isinstance(self.pool_settings, NGramPoolSettings):
             bad(f"pool_settings must be NGramPoolSettings, got {self.pool_settings!r}")
-        if self.pool is None and not self.prompt_lookup:
-            bad("no drafters: give a pool folder or prompt_lookup sizes")
+        if self.pool is None and not self.prompt_lookup and not self.suffix:
+            bad("no drafters: give a pool folder, prompt_lookup sizes or suffix")
 
 
 def load_config(environ=None) -> ProposerConfig:

@@ -12,6 +12,12 @@ verified continuation, which is what the learner's full-information feedback nee
 - :class:`CorpusNGram` (REST-style retrieval): the pool's n-gram tables (the ``.npz`` written
   by ``spec_adapters.drafters.ngram.NGramDrafter.save``), read directly; the draft follows, one
   token at a time, the most frequent continuation of the longest context found in the corpus.
+- :class:`SuffixDraft` (SuffixDecoding; vLLM's ``suffix`` method): the most frequent kept
+  continuation of the longest suffix matched in the request's buffer or in the global memory
+  of finished requests (:class:`spec_adapters.drafters.suffix.SuffixIndex`, the same index and
+  rule as the torch :class:`~spec_adapters.drafters.suffix.SuffixDrafter`); its memory grows
+  only through :meth:`SuffixDraft.commit`, so between commits it is deterministic like the
+  others.
 
 :func:`load_pool_folder` reads the n-gram drafters of one pool (one set of settings) from a
 pool folder, each file checked against its checksum first.
@@ -24,11 +30,12 @@ from pathlib import Path
 
 import numpy as np
 
+from spec_adapters.drafters.suffix import MAX_DEPTH, MAX_TOKENS, SuffixIndex, SuffixRule
 from spec_adapters.store.integrity import CacheError, expect_digests, verify_files
 from spec_adapters.store.keys import entry_key
 from spec_adapters.vllm.pool_settings import NGramPoolSettings
 
-__all__ = ["CorpusNGram", "PromptLookup", "load_pool_folder"]
+__all__ = ["CorpusNGram", "PromptLookup", "SuffixDraft", "load_pool_folder"]
 
 _MASK64 = (1 << 64) - 1
 
@@ -139,6 +146,56 @@ class CorpusNGram:
             out.append(nxt)
             context = [*context[1:], nxt] if len(context) >= self.order else [*context, nxt]
         return np.asarray(out, np.int64)
+
+
+class SuffixDraft:
+    """Greedy suffix drafting over a request's buffer and a memory shared by all requests.
+
+    Each draft token is :meth:`SuffixRule.greedy` of
+    :meth:`SuffixIndex.continuations` after the buffer plus the drafts so far; the draft stops
+    where the rule abstains or after :meth:`SuffixRule.budget` tokens of the match at its
+    start.
+
+    Parameters
+    ----------
+    max_tokens : int, default 200_000
+        The memory's cap (tokens; the oldest requests are evicted).
+    max_depth : int, default 24
+    min_match, min_prob, spec_factor
+        See :class:`~spec_adapters.drafters.suffix.SuffixRule`.
+    name : str, default "suffix"
+    """
+
+    def __init__(self, max_tokens: int = MAX_TOKENS, max_depth: int = MAX_DEPTH, min_match: int = 1,
+                 min_prob: float = 0.1, spec_factor: float = 1.0, name: str = "suffix") -> None:
+        self.index = SuffixIndex(max_tokens, max_depth)
+        self.rule = SuffixRule(min_match, min_prob, spec_factor)
+        self.name = name
+
+    def commit(self, history: np.ndarray) -> None:
+        """Add a finished request's tokens (prompt + output) to the memory."""
+        self.index.commit(history)
+
+    def draft(self, history: np.ndarray, k: int) -> np.ndarray:
+        """Up to ``k`` tokens (int64); empty where nothing matches.
+
+        Complexity: ``min(k, budget)`` queries, each ``O(L)`` over the buffer plus the
+        memory's anchor search (:meth:`SuffixIndex.continuations`).
+        """
+        h = np.asarray(history)
+        n = len(h)
+        ctx = np.empty(n + max(k, 0), np.int64)
+        ctx[:n] = h
+        budget = k
+        for j in range(max(k, 0)):
+            found = self.index.continuations(ctx[:n + j])
+            if j == 0:
+                budget = min(k, self.rule.budget(found.length))
+            nxt = self.rule.greedy(found) if j < budget else None
+            if nxt is None:
+                return ctx[n:n + j].copy()
+            ctx[n + j] = nxt
+        return ctx[n:].copy()
 
 
 def load_pool_folder(folder: str | Path, vocab_size: int,

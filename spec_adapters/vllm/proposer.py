@@ -22,6 +22,17 @@ Feedback: a deterministic draft's prefix that matches the verified continuation 
 acceptance length under greedy decoding and an unbiased estimate of its expected acceptance
 length at temperature > 0 (``python -m proofs_check --only pointmass``), so every expert's
 loss comes from the tokens alone, through :func:`spec_adapters.core.draft_cost.expert_losses`.
+
+State: everything the learner keeps is per request (:class:`RequestState`). The suffix
+drafter's memory (``"suffix": true``, :class:`~spec_adapters.vllm.drafters.SuffixDraft`) is
+deliberately global: when the proposer frees a finished request's state, the request's tokens
+(prompt + output) are committed to it, so later requests draft from earlier answers. Feedback
+never recomputes a draft: a round records every drafter's draft when it is made, so a commit
+between a round and its feedback changes nothing of it (and commits only happen when a request
+is freed, never within a step's drafting). What is committed is the buffer of the request's
+last step: the tokens of its final verification (at most ``K + 1``) never reach the proposer.
+A request absent for ``idle_steps`` steps (preempted) that comes back gets a new state, and
+its earlier tokens are then both in the memory and in its own buffer (counted twice).
 """
 
 from __future__ import annotations
@@ -38,7 +49,7 @@ from spec_adapters.core.draft_cost import expert_losses, expert_of, n_experts
 from spec_adapters.core.policies import make_policy
 from spec_adapters.vllm.config import ENV_VAR, ProposerConfig, load_config
 from spec_adapters.vllm.costs import StepTimeModel
-from spec_adapters.vllm.drafters import PromptLookup, load_pool_folder
+from spec_adapters.vllm.drafters import PromptLookup, SuffixDraft, load_pool_folder
 from spec_adapters.vllm.target_pool import pool_folder
 
 __all__ = ["HedgeSpecProposer", "RequestState"]
@@ -66,7 +77,9 @@ class RequestState:
     """Everything HedgeSpec keeps for one request; owned by that request alone.
 
     Size: the policy over ``N (K + 1)`` experts, at most ``K`` pending rounds of ``N K``
-    tokens, and ``HEAD + TAIL`` tokens of identity, whatever the request's length.
+    tokens, and ``HEAD + TAIL`` tokens of identity, whatever the request's length; with the
+    suffix drafter, also the request's tokens (``history``, the buffer of its last step, 8
+    bytes a token), committed to the suffix memory when the state is freed.
     """
 
     uid: int
@@ -78,6 +91,7 @@ class RequestState:
     draft: list[int] = field(default_factory=list)
     pending: deque = field(default_factory=deque)
     idle: int = 0
+    history: np.ndarray | None = None
 
     def extends(self, buf: np.ndarray, sampled: list[int]) -> bool:
         """Whether a row holding ``buf`` after sampling ``sampled`` is this request's next
@@ -126,7 +140,10 @@ class HedgeSpecProposer:
         if k_max > max_k:
             raise ValueError(f"{ENV_VAR} ({config.source}): k={k_max} exceeds vLLM's "
                              f"num_speculative_tokens={max_k}")
-        drafters = [PromptLookup(n) for n in config.prompt_lookup]
+        drafters: list = [PromptLookup(n) for n in config.prompt_lookup]
+        self.suffix = SuffixDraft(config.suffix_max_tokens) if config.suffix else None
+        if self.suffix is not None:
+            drafters.append(self.suffix)
         pool = self._pool(config, model_folder)
         if pool is not None:
             try:
@@ -155,11 +172,11 @@ class HedgeSpecProposer:
         try:
             folder = pool_folder(model_folder, config.cache_dir)
         except ValueError as err:
-            log.warning("HedgeSpec: no default pool (%s); prompt lookup only", err)
+            log.warning("HedgeSpec: no default pool (%s); model-free drafters only", err)
             return None
         if not any(folder.glob("ngram-*.npz")):
             log.warning("HedgeSpec: no pool built for %s at %s (run `hedgespec "
-                        "train-drafters --target %s`); prompt lookup only", model_folder,
+                        "train-drafters --target %s`); model-free drafters only", model_folder,
                         folder, model_folder)
             return None
         return str(folder)
@@ -191,7 +208,7 @@ class HedgeSpecProposer:
                 rows.append(None)
                 continue
             n = int(num_tokens_no_spec[r])
-            buf = np.asarray(token_ids_cpu[r, :n], dtype=np.int64)
+            buf = np.array(token_ids_cpu[r, :n], dtype=np.int64)  # a copy: states keep it
             st = self._match(buf, sampled, claimed)
             scheduled += len(st.draft) + 1 if st.n_tokens else n - len(sampled)
             claimed.add(st.uid)
@@ -232,11 +249,14 @@ class HedgeSpecProposer:
         return st
 
     def _forget_idle(self, claimed: set[int]) -> None:
-        """Free the states of requests absent for ``idle_steps`` steps (finished ones)."""
+        """Free the states of requests absent for ``idle_steps`` steps (finished ones), their
+        tokens going to the suffix memory."""
         for uid in list(self.states):
             st = self.states[uid]
             st.idle = 0 if uid in claimed else st.idle + 1
             if st.idle > self.config.idle_steps:
+                if self.suffix is not None and st.history is not None:
+                    self.suffix.commit(st.history)
                 del self.states[uid]
 
     # ------------------------------------------------------------------ one request
@@ -272,6 +292,8 @@ class HedgeSpecProposer:
         chosen = drafts[i, :k]
         st.draft = [int(t) for t in chosen[chosen >= 0]]
         st.n_tokens, st.tail = n, buf[-TAIL:].copy()
+        if self.suffix is not None:
+            st.history = buf
         if self._trace is not None:
             self._write_trace(st, i, len(st.draft))
         return st.draft

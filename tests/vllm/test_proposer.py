@@ -17,7 +17,7 @@ import pytest
 
 from spec_adapters.vllm.config import ProposerConfig, load_config
 from spec_adapters.vllm.costs import StepTimeModel
-from spec_adapters.vllm.drafters import CorpusNGram, PromptLookup, load_pool_folder
+from spec_adapters.vllm.drafters import CorpusNGram, PromptLookup, SuffixDraft, load_pool_folder
 from spec_adapters.vllm.pool_settings import NGramPoolSettings
 from spec_adapters.vllm.proposer import HedgeSpecProposer
 from tests.vllm.pool_files import write_pool
@@ -252,7 +252,7 @@ def test_bad_settings_name_the_problem(tmp_path, text, match):
 def test_k_above_vllm_limit_and_fixed_index_out_of_range_fail_at_setup(tmp_path):
     with pytest.raises(ValueError, match="k=6 exceeds vLLM's num_speculative_tokens=4"):
         _proposer(tmp_path, k=6)
-    with pytest.raises(ValueError, match="fixed:9 is out of range for 4 drafters"):
+    with pytest.raises(ValueError, match="fixed:9 is out of range for 5 drafters"):
         _proposer(tmp_path, policy="fixed:9")
 
 
@@ -326,6 +326,77 @@ def test_memory_per_request_is_bounded(tmp_path):
     assert sizes[1] - sizes[0] < 64 * 1024, sizes  # flat: no growth with the request's length
 
 
+# ------------------------------------------------------------------------------ suffix memory
+def test_suffix_draft_is_the_suffix_drafters_greedy_draft_on_the_same_index():
+    import torch
+
+    from spec_adapters.core.sampling import SamplingConfig
+    from spec_adapters.drafters.suffix import SuffixDrafter
+
+    rng = np.random.default_rng(0)
+    for spec_factor in (1.0, 0.5):
+        draft = SuffixDraft(max_tokens=400, max_depth=6, spec_factor=spec_factor)
+        torch_side = SuffixDrafter(8, index=draft.index, spec_factor=spec_factor, learn=False)
+        for _ in range(30):
+            draft.commit(rng.integers(0, 8, size=int(rng.integers(1, 40))))
+            history = rng.integers(0, 8, size=int(rng.integers(1, 30)))
+            got = draft.draft(history, 4)
+            assert got.dtype == np.int64 and np.array_equal(got, draft.draft(history, 4))
+            torch_side.start(torch.from_numpy(history))
+            want = torch_side.propose(4, SamplingConfig(temperature=0.0)).tokens
+            assert got.tolist() == want.tolist()
+    fresh = SuffixDraft()
+    assert fresh.draft(np.array([1, 2, 3]), 4).tolist() == []  # nothing matches
+    fresh.commit(np.array([1, 2, 3, 4, 5, 6]))
+    assert fresh.draft(np.array([9, 2, 3]), 4).tolist() == [4, 5]  # a 2-token match: 2 tokens
+
+
+def test_suffix_memory_learns_from_finished_requests_and_stays_under_its_cap(tmp_path):
+    prop = _proposer(tmp_path, pool=None, prompt_lookup=(), policy="fixed:0", idle_steps=1,
+                     suffix_max_tokens=300)
+    assert prop.names == ["suffix"] and prop.suffix.index.max_tokens == 300
+    table, prompt = _table(7), list(range(20, 32))
+    steps = []
+    for run in range(2):
+        eng = FakeEngine(prop, seed=run)
+        eng.add("r", prompt, table, max_tokens=100)
+        n = 0
+        while eng.reqs["r"]["sampled"]:
+            eng.step()
+            n += 1
+        assert eng.output("r") == _generate(table, prompt, 100)
+        steps.append(n)
+        for _ in range(3):  # the request is gone: its state is freed, its tokens committed
+            prop.propose([], np.zeros(0, np.int32), np.zeros((0, 512), np.int32))
+        assert prop.states == {} and prop.suffix.index.n_sequences == run + 1
+        (stored, *_) = prop.suffix.index.sequences()
+        full = [*prompt, *eng.output("r")]
+        assert stored.tolist() == full[:len(stored)] and len(stored) >= len(full) - prop.K - 1
+    assert steps[1] < steps[0] / 3, steps  # the second request copies the first one's answer
+    for j in range(6):  # more requests: the oldest are evicted, the memory stays under its cap
+        eng = FakeEngine(prop, seed=j)
+        eng.add("r", [j, j + 1], _table(j), max_tokens=150)
+        while eng.reqs["r"]["sampled"]:
+            eng.step()
+        for _ in range(3):
+            prop.propose([], np.zeros(0, np.int32), np.zeros((0, 512), np.int32))
+        assert prop.suffix.index.n_tokens <= 300
+        assert prop.suffix.index.nbytes <= 12 * 300 + 4
+    assert _proposer(tmp_path, suffix=False).names == [f"prompt-lookup-{n}" for n in range(1, 5)]
+
+
+@pytest.mark.parametrize(("text", "match"), [
+    ('{"suffix": "yes"}', "suffix must be true or false, got 'yes'"),
+    ('{"suffix_max_tokens": 0}', "suffix_max_tokens must be an integer >= 1, got 0"),
+    ('{"pool": null, "prompt_lookup": [], "suffix": false}', "no drafters"),
+])
+def test_bad_suffix_settings_name_the_problem(tmp_path, text, match):
+    path = tmp_path / "cfg.json"
+    path.write_text(text)
+    with pytest.raises(ValueError, match=match):
+        load_config({"HEDGESPEC_VLLM_CONFIG": str(path)})
+
+
 # ------------------------------------------------------------------------------ default pool
 def test_default_pool_is_the_folder_the_application_builds_and_is_loaded(tmp_path,
                                                                          monkeypatch):
@@ -348,12 +419,12 @@ def test_default_pool_is_the_folder_the_application_builds_and_is_loaded(tmp_pat
                                             vocab_size=V, max_k=4, max_model_len=512,
                                             model_folder=str(model_dir))
 
-    assert proposer().names == [f"prompt-lookup-{n}" for n in (1, 2, 3, 4)]  # not built yet
+    assert proposer().names == [*(f"prompt-lookup-{n}" for n in (1, 2, 3, 4)), "suffix"]
     write_pool(want, V, {d: [[1, 2, 3, 4]] for d in NGramPoolSettings().domains})
-    assert proposer().names[4:] == [*(f"ngram-{d}" for d in NGramPoolSettings().domains),
+    assert proposer().names[5:] == [*(f"ngram-{d}" for d in NGramPoolSettings().domains),
                                     "ngram-general"]
-    assert proposer(pool=None).names[-1] == "prompt-lookup-4"
-    assert proposer(cache_dir=str(tmp_path / "elsewhere")).names[-1] == "prompt-lookup-4"
+    assert proposer(pool=None).names[-1] == "suffix"
+    assert proposer(cache_dir=str(tmp_path / "elsewhere")).names[-1] == "suffix"
 
 
 # ------------------------------------------------------------------------------ batch costs
