@@ -4,6 +4,7 @@
 
     hedgespec demo                       set up what is missing, run a small mixed stream
     hedgespec prepare-data               fetch + prepare the seven domain corpora
+    hedgespec distill                    the target's answers to training prompts (resumable)
     hedgespec train-drafters             build the drafter pool (reuses what is cached)
     hedgespec train-head                 train one EAGLE head on a token file
     hedgespec bench --preset small       the benchmark behind docs/benchmark.md
@@ -19,7 +20,7 @@ unknown domain, a missing package, a prompt longer than the target's context) ar
 stderr and exit status 2.
 
 This module holds the parser and the error handling; the commands are in
-:mod:`~spec_adapters.app.cmd_build` (prepare-data, train-drafters, train-head),
+:mod:`~spec_adapters.app.cmd_build` (prepare-data, distill, train-drafters, train-head),
 :mod:`~spec_adapters.app.cmd_generate`, :mod:`~spec_adapters.app.cmd_bench` (bench, demo) and
 :mod:`~spec_adapters.app.cmd_vllm` (serve, bench-vllm), over what
 :mod:`~spec_adapters.app.cmd_setup` sets up for them.
@@ -33,7 +34,12 @@ import sys
 
 from spec_adapters.app.args import OneLineParser, file_arg, float_arg, folder_arg, int_arg
 from spec_adapters.app.cmd_bench import cmd_bench, cmd_demo
-from spec_adapters.app.cmd_build import cmd_prepare_data, cmd_train_drafters, cmd_train_head
+from spec_adapters.app.cmd_build import (
+    cmd_distill,
+    cmd_prepare_data,
+    cmd_train_drafters,
+    cmd_train_head,
+)
 from spec_adapters.app.cmd_generate import cmd_generate
 from spec_adapters.app.cmd_setup import UserError
 from spec_adapters.app.cmd_vllm import cmd_bench_vllm, cmd_serve
@@ -188,6 +194,26 @@ def build_parser() -> argparse.ArgumentParser:
                    help="held-out benchmark prompts kept per domain (default 100)")
     s.add_argument("--force", action="store_true", help="rebuild prepared domains too")
     s.set_defaults(func=cmd_prepare_data)
+
+    s = sub.add_parser("distill", help="the target's own answers to every domain's training "
+                       "prompts, for the n-gram specialists (resumable)",
+                       description="Asks the target each domain's training-side prompts (chat "
+                       "template, greedy, EOS-stopped) in batches until --tokens-per-domain "
+                       "answer tokens, with a progress bar; a killed run resumes where it "
+                       "stopped. Writes <out>/<target-id>/ (answers-<domain>.npz + "
+                       "manifest.json with the target's fingerprint). The repository ships the "
+                       "default target's set in data/distilled (about 45 min on 2 cores).")
+    _common(s)
+    s.add_argument("--out", type=folder_arg, default=None,
+                   help="where the answer set goes (default <cache-dir>/distilled)")
+    s.add_argument("--tokens-per-domain", type=int_arg(1), default=50_000)
+    s.add_argument("--max-new-tokens", type=int_arg(1), default=256)
+    s.add_argument("--batch-size", type=int_arg(1), default=64,
+                   help="prompts answered together (default 64)")
+    s.add_argument("--engine", choices=("vllm", "transformers"), default="vllm",
+                   help="vllm (the vLLM environment, ~4x faster here) or transformers "
+                        "(this process); default vllm")
+    s.set_defaults(func=cmd_distill)
 
     s = sub.add_parser("train-drafters", help="build the drafter pool into the cache",
                        description="One n-gram specialist per domain, an n-gram generalist on "

@@ -1,5 +1,6 @@
 """The ``hedgespec`` commands that build into the cache: ``prepare-data`` (the domain
-corpora), ``train-drafters`` (the drafter pool) and ``train-head`` (one EAGLE head)."""
+corpora), ``distill`` (the target's answers), ``train-drafters`` (the drafter pool) and
+``train-head`` (one EAGLE head)."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ from spec_adapters.app.cmd_setup import (
     target_from_args,
 )
 
-__all__ = ["cmd_prepare_data", "cmd_train_drafters", "cmd_train_head"]
+__all__ = ["cmd_distill", "cmd_prepare_data", "cmd_train_drafters", "cmd_train_head"]
 
 
 def cmd_prepare_data(args: argparse.Namespace) -> int:
@@ -30,6 +31,29 @@ def cmd_prepare_data(args: argparse.Namespace) -> int:
     print(f"{'domain':10} {'train docs':>10} {'train chars':>12} {'prompts':>8}")
     for d, m in metas.items():
         print(f"{d:10} {m['train_docs']:>10} {m['train_chars']:>12} {m['prompts']:>8}")
+    return 0
+
+
+def cmd_distill(args: argparse.Namespace) -> int:
+    """Generate (or finish) the target's answer set; print tokens per domain and the time."""
+    from pathlib import Path
+
+    from spec_adapters.app.distill import DistillConfig, distill
+
+    setup_threads(args.threads)
+    model, tok = target_from_args(args)
+    domains = prepared_domains(args)
+    cfg = DistillConfig(args.tokens_per_domain, args.max_new_tokens, args.batch_size)
+    out = args.out if args.out is not None else Path(args.cache_dir) / "distilled"
+    try:
+        m = distill(model, tok, domains, out, cfg, engine=args.engine)
+    except (FileNotFoundError, RuntimeError) as err:
+        raise UserError(f"distill: {err}") from None
+    print(f"answers of target {m['target']['id']} (fingerprint {m['target']['fingerprint']}) "
+          f"in {Path(out) / m['target']['id']}:")
+    for d, row in m["domains"].items():
+        print(f"  {d:10} {row['answers']:5} answers {row['tokens']:7} tokens")
+    print(f"generation {m['seconds']:.0f} s, {m['tokens_per_s']} tok/s")
     return 0
 
 

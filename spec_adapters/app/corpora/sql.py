@@ -1,5 +1,9 @@
 """The ``sql`` domain: the SQL examples of the PostgreSQL manual (Debian ``postgresql-doc-*``)
-with their captions for training; the "To do X:" examples of held-out pages as prompts."""
+with their captions for training; the "To do X:" examples of held-out pages as prompts.
+
+Training-side prompts (what the target is asked in ``hedgespec distill``) come from the
+training pages only: each task caption in three phrasings (:data:`_TRAIN_ASKS`, the first one
+the benchmark's own form) and "explain this statement" for every uncaptioned example."""
 
 from __future__ import annotations
 
@@ -11,6 +15,11 @@ from spec_adapters.app.corpora.sources import Sources
 from spec_adapters.app.corpora.split import Split, held_out, pick
 
 __all__ = ["build_sql"]
+
+_ASK = "Write a PostgreSQL statement to {}. Reply with the SQL in a code block."
+_TRAIN_ASKS = (_ASK, "How do I {} in PostgreSQL? Show the SQL.",
+               "Show the PostgreSQL SQL to {}, with a one-line explanation.")
+_EXPLAIN = "Explain what this PostgreSQL statement does:\n\n```sql\n{}\n```"
 
 _PRE = re.compile(r'<p>((?:(?!<p>).)*?)</p>\s*<pre class="programlisting">(.*?)</pre>', re.S)
 _SQL_START = re.compile(r"^\s*(SELECT|INSERT|UPDATE|DELETE|CREATE|ALTER|DROP|WITH|GRANT|REVOKE|"
@@ -61,9 +70,12 @@ def build_sql(src: Sources, n: int, seed: int) -> Split:
             cap = _text(caption)
             task = _sql_task(cap)
             is_task = task is not None
-            if is_task:
-                ask = f"Write a PostgreSQL statement to {task}. Reply with the SQL in a code block."
-                (prompts if held else train_prompts).append(ask)
+            if is_task and held:
+                prompts.append(_ASK.format(task))
+            elif is_task:
+                train_prompts += [a.format(task) for a in _TRAIN_ASKS]
+            elif not held and len(sql) < 1200:
+                train_prompts.append(_EXPLAIN.format(sql))
             if not held and sql not in seen:
                 seen.add(sql)
                 pieces.append((f"-- {cap}\n" if is_task else "") + sql)
