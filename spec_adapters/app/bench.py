@@ -61,6 +61,7 @@ from spec_adapters.app.bench_plots import plot
 from spec_adapters.app.bench_tables import markdown_tables
 from spec_adapters.app.log import log
 from spec_adapters.app.measure import median_ms, run_decoder
+from spec_adapters.app.replay import replay_fixed
 
 __all__ = ["PRESETS", "BenchConfig", "run_bench", "with_overrides"]
 
@@ -177,12 +178,28 @@ class Records:
 # the benchmark
 # ------------------------------------------------------------------------------------------
 def _decoder(model, drafters, k, method):
-    """The single-draft decoder of benchmark method ``method`` (a policy or ``fixed:<i>``)."""
+    """The single-draft decoder of benchmark method ``method`` (a policy or ``fixed:<i>``).
+    Drafters that learn from the stream (the suffix drafter) are copied: each decoder learns
+    only from the queries it decoded itself."""
     from spec_adapters.decoding.chain import HedgeSpecDecoder
 
-    policy, cost_aware = DECODER_POLICIES.get(method, (method, False))
+    policy, cost_aware, carry = DECODER_POLICIES.get(method, (method, False, False))
+    drafters = [_own(d) for d in drafters]
     return HedgeSpecDecoder(model, drafters, draft_length=k, policy=policy,
-                            cost_aware=cost_aware)
+                            cost_aware=cost_aware, carry_state=carry)
+
+
+def _own(drafter):
+    """``drafter``, or a fresh copy of it when it learns from the stream (suffix memory)."""
+    import copy
+
+    from spec_adapters.drafters.suffix import SuffixDrafter
+
+    return copy.deepcopy(drafter) if isinstance(drafter, SuffixDrafter) else drafter
+
+
+def _fixed_drafter(pool, name: str):
+    return next(d for d in [*pool.drafters, *pool.baselines] if d.name == name)
 
 
 def _seed_of(cfg: BenchConfig, qid: str) -> int:
@@ -191,7 +208,8 @@ def _seed_of(cfg: BenchConfig, qid: str) -> int:
 
 def _plan(cfg: BenchConfig, pool, stream: list[Query]) -> list[tuple]:
     """Every run to do: (section, query, temperature, method, n)."""
-    fixed = [f"fixed:{n}" for n in pool.names] if cfg.fixed else []
+    fixed = [f"fixed:{n}" for n in [*pool.names, *(b.name for b in pool.baselines)]] \
+        if cfg.fixed else []
     lookup = ["hf-prompt-lookup"] if cfg.hf_lookup else []
     plan = []
     sampled = _subset(stream, cfg.sampled_queries_per_domain)
@@ -212,8 +230,10 @@ def _plan(cfg: BenchConfig, pool, stream: list[Query]) -> list[tuple]:
 
 
 def _sized_pool(pool, n: int) -> list:
-    """The first ``n`` drafters of: generalist, prompt lookup, specialists, shard extras."""
+    """The first ``n`` drafters of: generalist, prompt lookup, suffix, specialists, shard
+    extras."""
     order = [pool.drafters[pool.generalist], pool.drafters[pool.index("prompt-lookup")],
+             pool.drafters[pool.index("suffix")],
              *[pool.drafters[pool.specialist(d)] for d in pool.domain_of.values() if d],
              *pool.extras]
     return order[:n]
@@ -288,12 +308,18 @@ def run_bench(model, tokenizer, pool, domains: dict, cfg: BenchConfig, out_dir,
         elif section == "poolsize":
             rec |= run_decoder(_decoder(model, _sized_pool(pool, n), cfg.draft_length, method),
                                ids, cfg.max_new_tokens, temp, seed)
+        elif method.startswith("fixed:") and cfg.replay_fixed and temp == 0.0:
+            if method not in decoders:  # one drafter per method, kept along the stream
+                decoders[method] = _own(_fixed_drafter(pool, method[6:]))
+            target = records.rows[("main", q.qid, 0.0, "target", 0)]
+            rec |= replay_fixed(decoders[method], ids[0], target["tokens"], cfg.draft_length)
         else:
             if method not in decoders:
-                spec = method
-                if method.startswith("fixed:"):
-                    spec = f"fixed:{pool.index(method[6:])}"
-                decoders[method] = _decoder(model, pool.drafters, cfg.draft_length, spec)
+                if method.startswith("fixed:"):  # the drafter alone, as a user would run it
+                    decoders[method] = _decoder(model, [_fixed_drafter(pool, method[6:])],
+                                                cfg.draft_length, "fixed:0")
+                else:
+                    decoders[method] = _decoder(model, pool.drafters, cfg.draft_length, method)
             rec |= run_decoder(decoders[method], ids, cfg.max_new_tokens, temp, seed)
         rec["cpu_seconds"] = time.process_time() - cpu0
         records.add(rec)

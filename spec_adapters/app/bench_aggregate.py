@@ -39,6 +39,7 @@ def _agg(rows: Sequence[dict]) -> dict:
     tok = sum(r["new_tokens"] for r in rows)
     calls = sum(r["target_calls"] for r in rows)
     sec = sum(r["seconds"] for r in rows)
+    sec = sec if np.isfinite(sec) else 0.0  # replayed rows are not timed
     cpu = sum(r.get("cpu_seconds", np.nan) for r in rows)
     out = {"mat": tok / calls if calls else None, "tok_s": tok / sec if sec else None,
            "tok_cpu_s": tok / cpu if cpu and np.isfinite(cpu) else None,
@@ -73,10 +74,12 @@ def _derived(rows_q: dict[str, dict], domain: str, pool, router_rows: dict) -> d
         out["specialist"] = fixed[f"ngram-{domain}"]
     if "ngram-general" in fixed:
         out["generalist"] = fixed["ngram-general"]
-    if fixed and len(fixed) == len(pool.names):
-        best = max(fixed, key=lambda n: (fixed[n]["new_tokens"] / max(1, fixed[n]["target_calls"]),
-                                         -fixed[n]["seconds"]))
-        out["oracle"] = {**fixed[best], "oracle_choice": best}
+    members = {n: fixed[n] for n in pool.names if n in fixed}  # not the baselines
+    if members and len(members) == len(pool.names):
+        best = max(members, key=lambda n: (members[n]["new_tokens"]
+                                           / max(1, members[n]["target_calls"]),
+                                           -np.nan_to_num(members[n]["seconds"], nan=0.0)))
+        out["oracle"] = {**members[best], "oracle_choice": best}
     if router_rows and router_rows.get("routed") in fixed:
         r = fixed[router_rows["routed"]]
         out["router"] = {**r, "seconds": r["seconds"] + router_rows.get("s", 0.0),
@@ -118,7 +121,9 @@ def aggregate(records: list[dict], pool, cfg: BenchConfig, routes: dict | None =
             ratios[temp] = {f"normalhedge/{m}": (hs / mix[m]["mat"] if mix.get(m, {}).get("mat")
                                                  else None)
                             for m in ("generalist", "exp3spec", "ucbspec", "metasd-ucb",
-                                      "oracle")}
+                                      "oracle", "fixed:ngram-union", "fixed:prompt-lookup")}
+            if mix.get("oracle", {}).get("mat") and mix.get("generalist", {}).get("mat"):
+                ratios[temp]["oracle/generalist"] = mix["oracle"]["mat"] / mix["generalist"]["mat"]
             for key in ("tok_s", "tok_cpu_s"):
                 if mix.get("target", {}).get(key) and mix["normalhedge"].get(key):
                     ratios[temp][f"{key} normalhedge/target"] = \
@@ -138,7 +143,23 @@ def aggregate(records: list[dict], pool, cfg: BenchConfig, routes: dict | None =
     poolsize = {m: {str(n): _agg(rs) for n, rs in sorted(v.items())} for m, v in sizes.items()}
     return {"main": main, "table1": table1, "ratios": ratios, "variant": variant_tab,
             "poolsize": poolsize, "regret": regret_curves(records, pool, cfg),
-            "drafters": pool.names}
+            "stream_thirds": stream_thirds(records), "drafters": pool.names}
+
+
+def stream_thirds(records: list[dict],
+                  methods=("fixed:suffix", "normalhedge", "normalhedge-carry")) -> dict:
+    """MAT over the first and the last third of the greedy mixed stream (queries in stream
+    order), per method: what a drafter or learner that keeps state along the stream gains
+    from it."""
+    out = {}
+    for m in methods:
+        rows = [r for r in records if r["section"] == "main" and r["temperature"] == 0.0
+                and r["method"] == m]
+        n = len(rows) // 3
+        if n:
+            out[m] = {"first_third": _agg(rows[:n])["mat"], "last_third": _agg(rows[-n:])["mat"],
+                      "queries_per_third": n}
+    return out
 
 
 def regret_curves(records: list[dict], pool, cfg: BenchConfig,
@@ -159,7 +180,7 @@ def regret_curves(records: list[dict], pool, cfg: BenchConfig,
         acc, total = [], 0.0
         for qid in order:
             rq = by[qid]
-            fixed = [v for k, v in rq.items() if k.startswith("fixed:")]
+            fixed = [rq[f"fixed:{n}"] for n in pool.names if f"fixed:{n}" in rq]
             if m not in rq or not fixed:
                 continue
             best = max(v["new_tokens"] / max(1, v["target_calls"]) for v in fixed)

@@ -7,10 +7,13 @@ from dataclasses import dataclass
 
 __all__ = ["DECODER_POLICIES", "POLICIES", "PRESETS", "VARIANTS", "BenchConfig"]
 
-POLICIES = ("normalhedge", "normalhedge-cost", "hedge", "adahedge", "exp3spec", "ucbspec",
-            "metasd-ucb")
-# a benchmark method name -> (the decoder's policy, cost_aware)
-DECODER_POLICIES = {m: (m, False) for m in POLICIES} | {"normalhedge-cost": ("normalhedge", True)}
+POLICIES = ("normalhedge", "normalhedge-cost", "normalhedge-carry", "hedge", "adahedge",
+            "exp3spec", "ucbspec", "metasd-ucb")
+# a benchmark method name -> (the decoder's policy, cost_aware, carry_state): "-carry" keeps the
+# learner's state from one query of the stream to the next (the paper resets it per query)
+DECODER_POLICIES = {m: (m, False, False) for m in POLICIES} | {
+    "normalhedge-cost": ("normalhedge", True, False),
+    "normalhedge-carry": ("normalhedge", False, True)}
 VARIANTS = {
     "prefix": "You are a careful assistant. Read the request below and reply helpfully.\n\n{p}",
     "twice": "{p}\n\nAnswer twice and pick the better answer.",
@@ -37,8 +40,13 @@ class BenchConfig:
     hf_lookup : bool
         Also transformers' prompt lookup decoding (``K`` tokens), greedy and sampled.
     fixed : bool
-        Also every pool drafter fixed (Table 1, and the generalist / specialist / router /
-        oracle rows and the regret curves, which are read off those runs).
+        Also every pool drafter and baseline fixed, each alone in its decoder (Table 1, and
+        the generalist / specialist / router / oracle rows and the regret curves, which are
+        read off those runs).
+    replay_fixed : bool
+        Greedy fixed-drafter rows replayed against the target's greedy output
+        (:mod:`spec_adapters.app.replay`: exact MAT, no time, milliseconds per query) instead
+        of decoded.
     variant_queries_per_domain : int
         Router robustness: prompts per domain decoded in their "twice" variant (0 skips);
         ``router_accuracy_prompts`` per domain are only classified.
@@ -60,6 +68,7 @@ class BenchConfig:
     sampled_policies: tuple[str, ...] = ("normalhedge", "exp3spec", "ucbspec")
     hf_lookup: bool = True
     fixed: bool = True
+    replay_fixed: bool = False
     variant_queries_per_domain: int = 1
     router_accuracy_prompts: int = 30
     pool_sizes: tuple[int, ...] = (2, 8, 32)
@@ -95,6 +104,15 @@ PRESETS: dict[str, BenchConfig] = {
                          policies=("normalhedge-cost", "normalhedge", "exp3spec", "ucbspec",
                                    "metasd-ucb"), fixed=False, variant_queries_per_domain=0,
                          router_accuracy_prompts=0, pool_sizes=(), overhead=False),
+    # the specialists' benchmark (docs/benchmark.md "Specialists"): 5 prompts per domain, 256
+    # tokens; every drafter's MAT by replay; HedgeSpec reset per query and carried across the
+    # stream, cost-aware, greedy; the target and HedgeSpec at 0.7 on 2 prompts per domain
+    "specialists": BenchConfig(queries_per_domain=5, sampled_queries_per_domain=2,
+                               max_new_tokens=256, policies=("normalhedge", "normalhedge-carry",
+                                                             "normalhedge-cost"),
+                               sampled_policies=("normalhedge",), replay_fixed=True,
+                               variant_queries_per_domain=0, router_accuracy_prompts=0,
+                               pool_sizes=(), overhead=False),
     # every method and section: 5 prompts per domain, greedy and 0.7 on the same prompts, 256
     # new tokens (or EOS)
     "full": BenchConfig(queries_per_domain=5, sampled_queries_per_domain=5,

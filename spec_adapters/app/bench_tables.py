@@ -15,10 +15,14 @@ LABELS = {"target": "target alone", "generalist": "generalist (n-gram, mix)",
           "normalhedge": "HedgeSpec (NormalHedge)",
           "normalhedge-cost": "HedgeSpec cost-aware (NormalHedge, (drafter, k))",
           "hedge": "HedgeSpec (Hedge)", "adahedge": "HedgeSpec (AdaHedge)",
-          "oracle": "hindsight oracle", "hf-prompt-lookup": "HF prompt lookup"}
-MAIN_ORDER = ("target", "hf-prompt-lookup", "generalist", "specialist", "router", "exp3spec",
-              "ucbspec", "metasd-ucb", "normalhedge", "hedge", "adahedge", "normalhedge-cost",
-              "oracle")
+          "normalhedge-carry": "HedgeSpec (NormalHedge, carried across the stream)",
+          "oracle": "hindsight oracle", "hf-prompt-lookup": "HF prompt lookup",
+          "fixed:ngram-union": "union n-gram (all domains)", "fixed:suffix": "suffix drafter",
+          "fixed:prompt-lookup": "prompt lookup (ours)"}
+MAIN_ORDER = ("target", "hf-prompt-lookup", "fixed:prompt-lookup", "fixed:suffix",
+              "fixed:ngram-union", "generalist", "specialist", "router", "exp3spec", "ucbspec",
+              "metasd-ucb", "normalhedge", "normalhedge-carry", "hedge", "adahedge",
+              "normalhedge-cost", "oracle")
 
 
 def _f(x, fmt="{:.2f}"):
@@ -31,7 +35,8 @@ def speed_tables(summary: dict, methods: Sequence[str] = MAIN_ORDER) -> list[str
     and its share of the verification time, for ``methods`` then the fixed drafters."""
     lines = []
     for temp, t in summary["main"].items():
-        rows = [m for m in methods if m in t] + sorted(m for m in t if m.startswith("fixed:"))
+        rows = [m for m in methods if m in t] + sorted(m for m in t if m.startswith("fixed:")
+                                                        and m not in methods)
         scopes = ["mixed", *sorted({d for v in t.values() for d in v if d != "mixed"})]
         for scope in scopes:
             lines += [f"### Speed, temperature {temp}, {scope}"
@@ -75,6 +80,13 @@ def markdown_tables(summary: dict, methods: Sequence[str] = MAIN_ORDER) -> str:
                   + " |", "|---|" + "---|" * len(next(iter(summary["ratios"].values())))]
         for temp, r in summary["ratios"].items():
             lines.append(f"| {temp} | " + " | ".join(_f(x) for x in r.values()) + " |")
+        lines.append("")
+    if summary.get("stream_thirds"):
+        lines += ["### Along the stream: MAT over its first and last third, greedy", "",
+                  "| method | first third | last third |", "|---|---|---|"]
+        for m, v in summary["stream_thirds"].items():
+            lines.append(f"| {LABELS.get(m, m)} | {_f(v['first_third'])} | "
+                         f"{_f(v['last_third'])} |")
         lines.append("")
     if summary.get("table1"):
         t1 = summary["table1"]

@@ -52,7 +52,7 @@ MAX_THREADS = 4 * (os.cpu_count() or 1)
 MAX_SEED = 2**63 - 1  # torch.Generator.manual_seed and numpy.random.default_rng both take it
 
 DTYPES = ("float32", "float16", "bfloat16")
-BENCH_PRESETS = ("demo", "small", "speed", "full")  # spec_adapters.app.bench.PRESETS
+BENCH_PRESETS = ("demo", "small", "speed", "specialists", "full")  # spec_adapters.app.bench.PRESETS
 VLLM_BENCH_PRESETS = ("quick", "full")  # spec_adapters.app.bench_vllm.PRESETS
 
 
@@ -153,6 +153,9 @@ def _pool_args(p: argparse.ArgumentParser) -> None:
                    help="training tokens per n-gram drafter (default 300000)")
     p.add_argument("--ngram-order", type=int_arg(1), default=None, help="n-gram context length "
                    "(default 4)")
+    p.add_argument("--distilled-tokens", type=int_arg(0), default=None,
+                   help="tokens per domain of the target's distilled answers in each n-gram "
+                        "corpus (`hedgespec distill`; default 50000; 0: none)")
     p.add_argument("--eagle-steps", type=int_arg(0), default=None,
                    help="also train one EAGLE head per domain + a generalist head for this "
                         "many steps (default 0: no heads; ~1-2 s/step on 2 CPU cores)")

@@ -104,7 +104,8 @@ def pool_config(args: argparse.Namespace, **extra):
     from spec_adapters.app.pool import PoolConfig
 
     kw = {"domains": args.domains}
-    for name in ("max_train_tokens", "eagle_steps", "extra_shards", "ngram_order"):
+    for name in ("max_train_tokens", "eagle_steps", "extra_shards", "ngram_order",
+                 "distilled_tokens"):
         v = getattr(args, name, None)
         if v is not None:
             kw[name] = v

@@ -102,7 +102,7 @@ def answer_batch(model, tokenizer, prompts: Sequence[str], max_new_tokens: int) 
     import torch
 
     from spec_adapters.app.domains import chat_ids
-    from spec_adapters.hf.target import new_cache
+    from spec_adapters.hf.target import _cache_kwarg, new_cache
 
     eos = model.generation_config.eos_token_id
     eos = set(eos if isinstance(eos, list) else [eos]) - {None}
@@ -115,11 +115,12 @@ def answer_batch(model, tokenizer, prompts: Sequence[str], max_new_tokens: int) 
         inp[i, L - len(x):], mask[i, L - len(x):] = x, 1
     pos = (mask.cumsum(-1) - 1).clamp(min=0)
     cache = new_cache(model)
+    kv = {_cache_kwarg(model): cache}
     answers: list[list[int]] = [[] for _ in ids]
     rows = torch.arange(len(ids))
     with torch.inference_mode():
-        logits = model(input_ids=inp, attention_mask=mask, position_ids=pos,
-                       past_key_values=cache, use_cache=True, logits_to_keep=1).logits
+        logits = model(input_ids=inp, attention_mask=mask, position_ids=pos, use_cache=True,
+                       logits_to_keep=1, **kv).logits
         last = pos[:, -1]
         while True:
             nxt = logits[:, -1].argmax(-1)
@@ -138,8 +139,7 @@ def answer_batch(model, tokenizer, prompts: Sequence[str], max_new_tokens: int) 
             mask = torch.cat([mask, mask.new_ones(len(rows), 1)], dim=1)
             last = last + 1
             logits = model(input_ids=nxt[:, None], attention_mask=mask,
-                           position_ids=last[:, None], past_key_values=cache,
-                           use_cache=True).logits
+                           position_ids=last[:, None], use_cache=True, **kv).logits
 
 
 def answers_folder(out_dir: str | os.PathLike, model, tokenizer) -> Path:

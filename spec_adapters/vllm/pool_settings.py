@@ -35,8 +35,9 @@ class NGramPoolSettings:
     ngram_order, max_train_tokens : int
         Longest context and training tokens per drafter (``--ngram-order``,
         ``--max-train-tokens``).
-    answers_per_domain, answer_tokens : int
-        The target's answers added to each corpus (0: none) and their length.
+    distilled_tokens : int
+        Tokens per domain of the target's own answers (``hedgespec distill``) added to each
+        corpus (0: none).
     answer_weight : float
         Their count weight.
 
@@ -50,17 +51,15 @@ class NGramPoolSettings:
                                 "news")
     ngram_order: int = 4
     max_train_tokens: int = 300_000
-    answers_per_domain: int = 16
-    answer_tokens: int = 64
-    answer_weight: float = 20.0
+    distilled_tokens: int = 50_000
+    answer_weight: float = 4.0
 
     def __post_init__(self) -> None:
         d = self.domains
         if not (isinstance(d, tuple) and d and all(isinstance(x, str) and x for x in d)
                 and len(set(d)) == len(d)):
             raise ValueError(f"domains must be distinct non-empty names, got {d!r}")
-        for name, lo in (("ngram_order", 1), ("max_train_tokens", 1),
-                         ("answers_per_domain", 0), ("answer_tokens", 1)):
+        for name, lo in (("ngram_order", 1), ("max_train_tokens", 1), ("distilled_tokens", 0)):
             if not _is_int(getattr(self, name), lo):
                 raise ValueError(f"{name} must be an integer >= {lo}, got "
                                  f"{getattr(self, name)!r}")
@@ -92,15 +91,20 @@ class NGramPoolSettings:
     def base(self, target_vocab: int) -> dict:
         """The settings every n-gram entry of the pool shares (the application's shard-trained
         extras add theirs to these)."""
-        ans = {"n": self.answers_per_domain, "tokens": self.answer_tokens,
-               "weight": self.answer_weight}
+        ans = {"distilled_tokens": self.distilled_tokens, "weight": self.answer_weight}
         return {"target_vocab": int(target_vocab), "order": self.ngram_order,
-                "tokens": self.max_train_tokens, "answers": ans if self.answers_per_domain
+                "tokens": self.max_train_tokens, "answers": ans if self.distilled_tokens
                 else None}
 
     def entries(self, target_vocab: int) -> dict[str, dict]:
-        """Entry name -> settings: the specialists in ``domains`` order, then the generalist."""
+        """Entry name -> settings: the specialists in ``domains`` order, then the generalist
+        (an equal share of every domain, the budget of one specialist)."""
         base = self.base(target_vocab)
         out = {f"ngram-{d}": {**base, "domain": d} for d in self.domains}
         out["ngram-general"] = {**base, "domains": list(self.domains)}
         return out
+
+    def union(self, target_vocab: int) -> dict:
+        """Settings of the union baseline ``ngram-union``: every domain's text and answers in
+        one model (what a user would try instead of selecting; not a selectable member)."""
+        return {**self.base(target_vocab), "union": list(self.domains)}

@@ -15,7 +15,7 @@ from spec_adapters.app.pool import PoolConfig, _entries, build_pool, pool_dir
 from spec_adapters.hf.models import load_target
 from spec_adapters.hf.target import output_vocab_size
 
-from ..spec_adapters.bench_fixtures import make_target_folder, write_domains
+from ..spec_adapters.bench_fixtures import distill_answers, make_target_folder, write_domains
 
 DOMS = ("code", "math", "news")
 
@@ -35,9 +35,8 @@ class KeywordEmbedder:
 
 
 def config(**kw) -> PoolConfig:
-    base = {"domains": DOMS, "max_train_tokens": 1500, "answers_per_domain": 2,
-            "answer_tokens": 4, "eagle_steps": 2, "eagle_batch": 2, "eagle_seq_len": 16,
-            "eagle_draft_vocab": 32, "router": True}
+    base = {"domains": DOMS, "max_train_tokens": 1500, "distilled_tokens": 6, "eagle_steps": 2,
+            "eagle_batch": 2, "eagle_seq_len": 16, "eagle_draft_vocab": 32, "router": True}
     return PoolConfig(**{**base, **kw})
 
 
@@ -51,6 +50,7 @@ class World:
         self.cache = root / "cache"
         write_domains(self.cache, DOMS)
         self.model, self.tok = load_target(self.target)
+        distill_answers(self.model, self.tok, self.cache, DOMS)
         self.cfg = config()
         build_pool(self.model, self.tok, self.cache, self.cfg, progress=False)
         self.folder = pool_dir(self.cache, self.model, self.tok)

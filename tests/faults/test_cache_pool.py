@@ -210,7 +210,7 @@ def test_pools_of_other_settings_coexist(world, pool, capsys):
     sql_like = config(domains=("math",), router=False)  # `--domains math` on a full cache
     capsys.readouterr()
     small = load_pool(world.model, world.tok, cache, sql_like, progress=False)
-    assert small.names == ["ngram-math", "ngram-general", "prompt-lookup"]
+    assert small.names == ["ngram-math", "ngram-general", "prompt-lookup", "suffix"]
     assert "unusable" not in capsys.readouterr().err
     after = {p.name: p.stat().st_mtime_ns for p in folder.iterdir()}
     assert {n: after[n] for n in before} == before  # nothing of the full pool touched

@@ -246,6 +246,7 @@ def test_prompt_longer_than_the_context(tiny, capsys):
     prompt = " ".join(["def"] * 12_000)  # the tiny target's context is 512 tokens
     line = _run_error(["generate", "--target", str(folder), "--cache-dir", str(root / "cache"),
                        "--threads", "1", "--domains", DOMS, "--max-train-tokens", "2000",
+                       "--distilled-tokens", "0",
                        "--prompt", prompt, "--colour", "never"], capsys)
     assert line.startswith("hedgespec: error: --prompt: prompt of 12002 tokens is longer than "
                            "the target's context")

@@ -83,3 +83,15 @@ def write_domains(cache_dir: Path, names=("code", "math", "news"), n_train: int 
                                                   {"licence": "test", "split": "synthetic",
                                                    "seed": 0}))
     return out
+
+
+def distill_answers(model, tok, cache_dir: Path, names=("code", "math", "news"),
+                    tokens: int = 6) -> dict:
+    """The tiny target's answer set in ``<cache_dir>/distilled`` (``hedgespec distill``'s own
+    code, transformers engine), what a pool with ``distilled_tokens=tokens`` copies."""
+    from spec_adapters.app.distill import DistillConfig, distill
+    from spec_adapters.app.domains import load_domains
+
+    return distill(model, tok, load_domains(cache_dir, names), Path(cache_dir) / "distilled",
+                   DistillConfig(tokens_per_domain=tokens, max_new_tokens=4, batch_size=2),
+                   progress=False)

@@ -32,7 +32,7 @@ from spec_adapters.drafters import HFDrafter
 from spec_adapters.drafters.ngram import NGramDrafter
 from spec_adapters.hf.models import load_target
 
-from .bench_fixtures import make_target_folder, write_domains
+from .bench_fixtures import distill_answers, make_target_folder, write_domains
 from .test_router import _KeywordEmbedder
 
 DOMS = ("code", "math", "news")
@@ -50,10 +50,11 @@ def run(tmp_path_factory):
     root = tmp_path_factory.mktemp("bench")
     model, tok = load_target(make_target_folder(root), root / "cache")
     write_domains(root / "cache", DOMS)
+    distill_answers(model, tok, root / "cache", DOMS)
     domains = load_domains(root / "cache", DOMS)
     pool = load_pool(model, tok, root / "cache",
                      PoolConfig(domains=DOMS, max_train_tokens=2000, extra_shards=1,
-                                answers_per_domain=2, answer_tokens=4),
+                                distilled_tokens=6),
                      progress=False)
     emb = _KeywordEmbedder(["def", "apples", "mayor"], seed=3)
     texts = [t for d in DOMS for t in domains[d].train[:10]]
@@ -78,7 +79,7 @@ def test_every_section_and_output_is_written(run):
               "exp3spec", "ucbspec", "hf-prompt-lookup"):
         assert m in mix, m
     assert "0.7" in summary["main"]
-    assert set(summary["table1"]) == set(pool.names)
+    assert set(summary["table1"]) == {*pool.names, "ngram-union"}
     assert set(summary["poolsize"]["normalhedge"]) == {"1", "3", "8"}
     md = (out / "tables.md").read_text()
     assert "HedgeSpec (NormalHedge)" in md and "Table 1" in md
@@ -224,7 +225,13 @@ def test_regret_curve_matches_hand_computation():
         {"section": "main", "qid": "b", "temperature": 0.0, "method": "normalhedge",
          "accepted": [2, 2]},
     ]
-    c = regret_curves(recs, None, CFG, methods=("normalhedge",))["normalhedge"]
+    pool = SimpleNamespace(names=["x"])
+    c = regret_curves(recs, pool, CFG, methods=("normalhedge",))["normalhedge"]
+    np.testing.assert_allclose(c, [1.0, 1.0, 1.0, 1.0])
+    # a baseline outside the pool (here better on query b) is not what regret is against
+    recs.append({"section": "main", "qid": "b", "temperature": 0.0, "method": "fixed:union",
+                 "new_tokens": 6, "target_calls": 1})
+    c = regret_curves(recs, pool, CFG, methods=("normalhedge",))["normalhedge"]
     np.testing.assert_allclose(c, [1.0, 1.0, 1.0, 1.0])
 
 
@@ -380,7 +387,7 @@ def _methods_of(cfg: BenchConfig, names=("ngram-general", "ngram-code")) -> dict
     """temperature -> {qid: methods} of the main section planned for ``cfg``, 7 domains."""
     doms = {d: SimpleNamespace(prompts=[f"{d} prompt {i}" for i in range(8)])
             for d in ("biology", "chemistry", "code", "math", "medicine", "news", "sql")}
-    plan = _plan(cfg, SimpleNamespace(names=list(names), drafters=[], extras=[]),
+    plan = _plan(cfg, SimpleNamespace(names=list(names), drafters=[], extras=[], baselines=[]),
                  mixed_stream(doms, cfg.queries_per_domain, cfg.seed))
     out: dict = {}
     for section, q, temp, m, _ in plan:

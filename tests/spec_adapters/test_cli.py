@@ -4,6 +4,8 @@ and tiny prepared domains."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 import torch
 
@@ -11,7 +13,8 @@ from spec_adapters.app.cli import build_parser, main
 
 from .bench_fixtures import make_target_folder, write_domains
 
-COMMANDS = ("demo", "prepare-data", "train-drafters", "train-head", "bench", "generate")
+COMMANDS = ("demo", "prepare-data", "distill", "train-drafters", "train-head", "bench",
+            "generate")
 DOMS = "code,math,news"
 
 
@@ -21,13 +24,27 @@ def tiny(tmp_path_factory):
     root = tmp_path_factory.mktemp("cli")
     folder = make_target_folder(root)
     write_domains(root / "cache", DOMS.split(","))
+    common = ["--target", str(folder), "--cache-dir", str(root / "cache"), "--threads", "1",
+              "--domains", DOMS]
+    assert main(["distill", *common, "--engine", "transformers", "--tokens-per-domain", "6",
+                 "--max-new-tokens", "4", "--batch-size", "2"]) == 0
     return root, folder
 
 
 def _args(tiny, *extra):
     root, folder = tiny
     return ["--target", str(folder), "--cache-dir", str(root / "cache"), "--threads", "1",
-            "--domains", DOMS, *extra]
+            "--domains", DOMS, "--distilled-tokens", "6", *extra]
+
+
+def test_distill_prints_what_it_made_and_a_pool_of_other_settings_says_what_is_missing(
+        tiny, capsys):
+    root, _ = tiny
+    (manifest,) = (root / "cache" / "distilled").glob("*/manifest.json")
+    assert set(json.loads(manifest.read_text())["domains"]) == set(DOMS.split(","))
+    rc = main(["train-drafters", *_args(tiny, "--distilled-tokens", "99")])
+    err = capsys.readouterr().err
+    assert rc == 2 and "hold 6 tokens per domain, the pool asks for 99" in err
 
 
 def test_help_lists_every_command(capsys):

@@ -11,9 +11,10 @@ import torch
 from spec_adapters.app.domains import load_domains
 from spec_adapters.app.pool import PoolConfig, PoolCorruptError, build_pool, load_pool
 from spec_adapters.drafters.ngram import NGramDrafter, PromptLookupDrafter
+from spec_adapters.drafters.suffix import SuffixDrafter
 from spec_adapters.hf.models import load_target
 
-from .bench_fixtures import make_target_folder, write_domains
+from .bench_fixtures import distill_answers, make_target_folder, write_domains
 
 DOMS = ("code", "math", "news")
 
@@ -25,6 +26,7 @@ def setup(tmp_path_factory):
     folder = make_target_folder(root)
     write_domains(root / "cache", DOMS)
     model, tok = load_target(folder, root / "cache")
+    distill_answers(model, tok, root / "cache", DOMS)
     return root, model, tok
 
 
@@ -40,8 +42,7 @@ def _entries(folder):
 
 
 def _cfg(**kw):
-    return PoolConfig(domains=DOMS, max_train_tokens=2000, answers_per_domain=2, answer_tokens=4,
-                      **kw)
+    return PoolConfig(domains=DOMS, max_train_tokens=2000, distilled_tokens=6, **kw)
 
 
 def test_pool_builds_loads_and_reuses(setup, capsys):
@@ -49,9 +50,14 @@ def test_pool_builds_loads_and_reuses(setup, capsys):
     cache = root / "cache"
     pool = load_pool(model, tok, cache, _cfg(), progress=False)
     assert pool.names == ["ngram-code", "ngram-math", "ngram-news", "ngram-general",
-                          "prompt-lookup"]
+                          "prompt-lookup", "suffix"]
     assert all(isinstance(d, NGramDrafter) for d in pool.drafters[:4])
-    assert isinstance(pool.drafters[-1], PromptLookupDrafter)
+    assert isinstance(pool.drafters[4], PromptLookupDrafter)
+    assert isinstance(pool.drafters[5], SuffixDrafter)
+    # the union baseline saw every domain's text and answers: more than any member
+    (union,) = pool.baselines
+    assert union.name == "ngram-union"
+    assert union.n_tokens > sum(d.n_tokens for d in pool.drafters[:3]) * 0.9
     assert pool.specialist("math") == 1 and pool.generalist == 3
     assert pool.domain_of["ngram-news"] == "news" and pool.domain_of["ngram-general"] is None
     # equal training budget: the generalist saw no more tokens than a specialist
@@ -132,7 +138,8 @@ def test_drafters_hand_out_valid_distributions(setup):
     for d in pool.drafters:
         d.start(ids)
         toks, q = d.propose(3, sampling, torch.Generator().manual_seed(0))
-        assert toks.shape == (3,) and (len(q), q.vocab_size) == (3, d.vocab_size)
+        n = 3 if d.name != "suffix" else len(toks)  # its draft length follows the match
+        assert toks.shape == (n,) and (len(q), q.vocab_size) == (n, d.vocab_size) and n >= 1
         q.check(d.name)
         assert bool((q.prob(toks) > 0).all())  # drafts were drawn from q
         warp(d.extend(toks), sampling).check(d.name)

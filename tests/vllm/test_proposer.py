@@ -164,7 +164,7 @@ def test_default_pool_settings_are_train_drafters_defaults():
     ours = NGramPoolSettings().entries(49152)
     assert list(ours) == list(app)
     settings = {"target_vocab": 49152, "order": 4, "tokens": 300_000, "domain": "code",
-                "answers": {"n": 16, "tokens": 64, "weight": 20.0}}
+                "answers": {"distilled_tokens": 50_000, "weight": 4.0}}
     h = hashlib.sha256(json.dumps(settings, sort_keys=True).encode()).hexdigest()[:10]
     assert ours["ngram-code"] == settings and app["ngram-code"] == f"ngram-code-{h}"
 
