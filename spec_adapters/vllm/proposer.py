@@ -303,6 +303,7 @@ class HedgeSpecProposer:
         by_drafter = w.reshape(len(self.drafters), -1).sum(axis=1)
         self._trace.write(json.dumps({
             "req": st.uid, "head": st.head[:8].tolist(), "n": st.n_tokens,
+            "live": len(self.states),
             "drafter": self.names[drafter], "k": k,
             "weights": dict(zip(self.names, np.round(by_drafter, 4).tolist(), strict=True)),
         }) + "\n")

@@ -1,8 +1,11 @@
 """Run one vLLM engine in a subprocess on token-id prompts; the vLLM tests' helper (not a test).
 
 ``python -m tests.vllm.engine_run JOB.json OUT.json``: the job holds ``model`` (a folder),
-``prompts`` (lists of token ids), ``max_tokens``, optional ``speculative_config`` and optional
-``env`` (set before vLLM is imported, e.g. ``HEDGESPEC_VLLM_CONFIG``). The output holds the
+``prompts`` (lists of token ids), ``max_tokens`` (one number, or one per prompt), optional
+``speculative_config``, optional ``env`` (set before vLLM is imported, e.g.
+``HEDGESPEC_VLLM_CONFIG``) and optional ``arrivals``: the engine step at which each prompt is
+added (continuous batching: requests arrive and finish at different steps; without it every
+prompt is submitted at once). The output holds the
 generated token ids per prompt, in order, and the wall time of ``generate``. One engine per
 process: vLLM's engine owns worker processes and global state, so every run starts clean.
 """
@@ -88,14 +91,41 @@ def _main(job_path: str, out_path: str) -> None:
               dtype="float32", max_model_len=job.get("max_model_len", 512),
               max_num_seqs=job.get("max_num_seqs", 16), seed=0,
               speculative_config=job.get("speculative_config"))
-    params = SamplingParams(temperature=job.get("temperature", 0.0),
-                            max_tokens=job["max_tokens"], ignore_eos=True, detokenize=False)
+    n = len(job["prompts"])
+    lengths = job["max_tokens"] if isinstance(job["max_tokens"], list) else [job["max_tokens"]] * n
+    params = [SamplingParams(temperature=job.get("temperature", 0.0), max_tokens=m,
+                             ignore_eos=True, detokenize=False) for m in lengths]
     start = time.perf_counter()
-    outs = llm.generate([{"prompt_token_ids": p} for p in job["prompts"]], params,
-                        use_tqdm=False)
+    if "arrivals" in job:
+        tokens = _staggered(llm.llm_engine, job["prompts"], params, job["arrivals"])
+    else:
+        outs = llm.generate([{"prompt_token_ids": p} for p in job["prompts"]], params,
+                            use_tqdm=False)
+        tokens = [list(o.outputs[0].token_ids) for o in outs]
     seconds = time.perf_counter() - start
-    Path(out_path).write_text(json.dumps({
-        "tokens": [list(o.outputs[0].token_ids) for o in outs], "seconds": seconds}))
+    Path(out_path).write_text(json.dumps({"tokens": tokens, "seconds": seconds}))
+
+
+def _staggered(engine, prompts: list[list[int]], params: list, arrivals: list[int]
+               ) -> list[list[int]]:
+    """Add prompt ``i`` at engine step ``arrivals[i]``; step until every request finished."""
+    from vllm.sampling_params import RequestOutputKind
+
+    done: dict[int, list[int]] = {}
+    step = 0
+    while len(done) < len(prompts):
+        for i, at in enumerate(arrivals):
+            if at == step:
+                p = params[i].clone()
+                p.output_kind = RequestOutputKind.FINAL_ONLY
+                engine.add_request(f"r{i}", {"prompt_token_ids": prompts[i]}, p)
+        for out in engine.step():
+            if out.finished:
+                done[int(out.request_id[1:])] = list(out.outputs[0].token_ids)
+        step += 1
+        if step > 100_000:
+            raise RuntimeError("requests never finished")
+    return [done[i] for i in range(len(prompts))]
 
 
 if __name__ == "__main__":

