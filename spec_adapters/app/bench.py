@@ -215,8 +215,9 @@ def _plan(cfg: BenchConfig, pool, stream: list[Query]) -> list[tuple]:
     sampled = _subset(stream, cfg.sampled_queries_per_domain)
     for temp, queries, pols in ((0.0, stream, cfg.policies),
                                 (cfg.temperature, sampled, cfg.sampled_policies)):
+        own = fixed if temp == 0.0 or cfg.sampled_fixed else []
         for q in queries:
-            plan += [("main", q, temp, m, 0) for m in ["target", *lookup, *fixed, *pols]]
+            plan += [("main", q, temp, m, 0) for m in ["target", *lookup, *own, *pols]]
     for q in _subset(stream, cfg.variant_queries_per_domain):
         v = Query(q.qid + "~twice", q.domain, VARIANTS["twice"].format(p=q.prompt), "variant")
         plan += [("variant", v, 0.0, m, 0) for m in ["router", "normalhedge"]]

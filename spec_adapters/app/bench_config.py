@@ -43,6 +43,8 @@ class BenchConfig:
         Also every pool drafter and baseline fixed, each alone in its decoder (Table 1, and
         the generalist / specialist / router / oracle rows and the regret curves, which are
         read off those runs).
+    sampled_fixed : bool
+        Also the fixed drafters on the sampled stream (decoded: a replay needs greedy).
     replay_fixed : bool
         Greedy fixed-drafter rows replayed against the target's greedy output
         (:mod:`spec_adapters.app.replay`: exact MAT, no time, milliseconds per query) instead
@@ -68,6 +70,7 @@ class BenchConfig:
     sampled_policies: tuple[str, ...] = ("normalhedge", "exp3spec", "ucbspec")
     hf_lookup: bool = True
     fixed: bool = True
+    sampled_fixed: bool = True
     replay_fixed: bool = False
     variant_queries_per_domain: int = 1
     router_accuracy_prompts: int = 30
@@ -110,7 +113,8 @@ PRESETS: dict[str, BenchConfig] = {
     "specialists": BenchConfig(queries_per_domain=5, sampled_queries_per_domain=2,
                                max_new_tokens=256, policies=("normalhedge", "normalhedge-carry",
                                                              "normalhedge-cost"),
-                               sampled_policies=("normalhedge",), replay_fixed=True,
+                               sampled_policies=("normalhedge",), sampled_fixed=False,
+                               replay_fixed=True,
                                variant_queries_per_domain=0, router_accuracy_prompts=0,
                                pool_sizes=(), overhead=False),
     # every method and section: 5 prompts per domain, greedy and 0.7 on the same prompts, 256

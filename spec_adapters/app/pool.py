@@ -141,7 +141,7 @@ def pool_dir(cache_dir, model, tokenizer) -> Path:
 def _entries(cfg: PoolConfig, folder: Path, V: int) -> list[Entry]:
     """Every entry ``cfg`` asks for, in build order (answers before the n-grams using them)."""
     ngram = NGramPoolSettings(cfg.domains, cfg.ngram_order, cfg.max_train_tokens,
-                              cfg.distilled_tokens, cfg.answer_weight)
+                              cfg.distilled_tokens, cfg.answer_weight, cfg.context_weight)
     base = ngram.base(V)
     out: list[Entry] = []
     if cfg.distilled_tokens:
@@ -258,7 +258,7 @@ def _build(model, tokenizer, cache_dir, cfg, domains, entries, todo, V, progress
         elif e.kind == "union":
             docs = [x for d in cfg.domains for x in token_window(tokens[d], cfg.max_train_tokens)]
             save_ngram(e, docs, V, cfg.ngram_order, answers_for(by_name, cfg, "*"),
-                       cfg.answer_weight)
+                       cfg.answer_weight, cfg.context_weight)
         elif e.kind == "router":
             from spec_adapters.app.router import Router
 
@@ -276,7 +276,8 @@ def _build(model, tokenizer, cache_dir, cfg, domains, entries, todo, V, progress
                                 else tokens[st["domain"]], cfg.max_train_tokens)
             if e.kind == "ngram":
                 extra = answers_for(by_name, cfg, None if general else st["domain"])
-                save_ngram(e, docs, V, cfg.ngram_order, extra, cfg.answer_weight)
+                save_ngram(e, docs, V, cfg.ngram_order, extra, cfg.answer_weight,
+                           cfg.context_weight)
             else:
                 save_head(e, model, docs, cfg)
         _log(f"built {e.name} in {time.perf_counter() - t0:.1f} s")

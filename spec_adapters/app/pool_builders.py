@@ -127,15 +127,16 @@ def router_texts(domains, per_domain: int = 300, chars: int = 300,
 
 
 def save_ngram(entry: Entry, docs, vocab_size: int, order: int, answers=(),
-               answer_weight: float = 1.0) -> None:
+               answer_weight: float = 1.0, context_weight: float = 0.0) -> None:
     """An :class:`~spec_adapters.drafters.ngram.NGramDrafter` of ``order`` on ``docs`` (count
-    weight 1) and ``answers`` (count weight ``answer_weight``), saved with its sidecar."""
+    weight 1) and ``answers`` (count weight ``answer_weight``), interpolated with the request's
+    own n-grams at ``context_weight``, saved with its sidecar."""
     from spec_adapters.drafters.ngram import NGramDrafter
 
     answers = list(answers)
     kw = {"weights": [1.0] * len(docs) + [answer_weight] * len(answers)} if answers else {}
     drafter = NGramDrafter.from_corpus(list(docs) + answers, vocab_size, order=order,
-                                       name=entry.name, **kw)
+                                       name=entry.name, context_weight=context_weight, **kw)
     drafter.save(entry.path)  # atomic (temporary file renamed)
     write_sidecar(entry)
 

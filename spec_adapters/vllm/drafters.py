@@ -77,7 +77,14 @@ class PromptLookup:
 
 
 class CorpusNGram:
-    """Most frequent continuation of the longest matched context, from saved n-gram tables.
+    """Most frequent continuation of the longest matched context, from saved n-gram tables
+    and (``context_weight > 0``) the request's own tokens.
+
+    At each draft position the longest order ``n`` whose last ``n`` tokens occur in the corpus
+    or earlier in the request (prompt, output, drafts so far) decides: the next-token counts
+    of the corpus plus ``context_weight`` times those of the request, argmax (ties: the lowest
+    id). This is the greedy form of ``NGramDrafter(context_weight=...)``'s interpolation at its
+    longest matched order.
 
     Parameters
     ----------
@@ -87,9 +94,16 @@ class CorpusNGram:
     vocab_size : int
         The vocabulary the tables were counted in; keys hash with base ``vocab_size + 1``.
     name : str
+    context_weight : float, default 0
+        Weight of one occurrence in the request against one in the corpus (saved with the
+        drafter); 0: the corpus alone.
     """
 
-    def __init__(self, tables, vocab_size: int, name: str) -> None:
+    def __init__(self, tables, vocab_size: int, name: str, context_weight: float = 0.0
+                 ) -> None:
+        if not 0 <= context_weight < float("inf"):
+            raise ValueError(f"context_weight must be finite and >= 0, got {context_weight!r}")
+        self.context_weight = float(context_weight)
         self.tables = [(np.asarray(k, np.uint64), np.asarray(o, np.int64),
                         np.asarray(t, np.int64), np.asarray(c, np.float64))
                        for k, o, t, c in tables]
@@ -118,7 +132,8 @@ class CorpusNGram:
                           for n in range(1, int(meta["order"]) + 1)]
         except (OSError, KeyError, ValueError, TypeError) as err:
             raise ValueError(f"{path} is not a saved n-gram drafter: {err}") from err
-        return cls(tables, int(meta["vocab_size"]), str(meta.get("name", Path(path).stem)))
+        return cls(tables, int(meta["vocab_size"]), str(meta.get("name", Path(path).stem)),
+                   float(meta.get("context_weight", 0.0)))
 
     def _key(self, context) -> np.uint64:
         key = 0
@@ -126,25 +141,51 @@ class CorpusNGram:
             key = (key * self.base + int(t)) & _MASK64
         return np.uint64(key)
 
-    def _next(self, context: list[int]) -> int | None:
-        for n in range(min(self.order, len(context)), 0, -1):
-            keys = self.tables[n - 1][0]
-            key = self._key(context[-n:])
-            i = int(np.searchsorted(keys, key))
-            if i < len(keys) and keys[i] == key:
-                return int(self._best[n - 1][i])
+    def _corpus_row(self, context: np.ndarray, n: int) -> int | None:
+        keys = self.tables[n - 1][0]
+        key = self._key(context[-n:])
+        i = int(np.searchsorted(keys, key))
+        return i if i < len(keys) and keys[i] == key else None
+
+    def _next(self, h: np.ndarray) -> int | None:
+        """The next token after the whole context ``h`` (int64), or ``None``."""
+        for n in range(min(self.order, len(h)), 0, -1):
+            row = self._corpus_row(h, n)
+            own = np.zeros(0, np.int64)
+            if self.context_weight > 0 and len(h) > n:
+                hit = np.ones(len(h) - n, dtype=bool)  # windows followed by a token
+                for j in range(n):
+                    hit &= h[j:len(h) - n + j] == h[len(h) - n + j]
+                own = h[np.flatnonzero(hit) + n]
+            if row is None and own.size == 0:
+                continue
+            if own.size == 0:
+                return int(self._best[n - 1][row])
+            _k, o, t, c = self.tables[n - 1]
+            toks = np.concatenate([t[o[row]:o[row + 1]] if row is not None else own[:0], own])
+            w = np.concatenate([c[o[row]:o[row + 1]] if row is not None else np.zeros(0),
+                                np.full(own.size, self.context_weight)])
+            uniq, inv = np.unique(toks, return_inverse=True)
+            return int(uniq[int(np.argmax(np.bincount(inv, weights=w)))])
         return None
 
     def draft(self, history: np.ndarray, k: int) -> np.ndarray:
-        """Up to ``k`` tokens; stops where no context of any order is in the corpus."""
-        context = [int(t) for t in np.asarray(history)[-self.order:]]
+        """Up to ``k`` tokens; stops where no context of any order is in the corpus (nor, with
+        ``context_weight``, earlier in the request).
+
+        Complexity per token: a binary search per order, plus ``O(L n)`` vectorised
+        comparisons over the request's ``L`` tokens with ``context_weight``.
+        """
+        h = np.asarray(history, dtype=np.int64)
+        if self.context_weight == 0:
+            h = h[-self.order:]  # the corpus alone needs no more
         out: list[int] = []
         while len(out) < k:
-            nxt = self._next(context)
+            nxt = self._next(h)
             if nxt is None:
                 break
             out.append(nxt)
-            context = [*context[1:], nxt] if len(context) >= self.order else [*context, nxt]
+            h = np.append(h, nxt)
         return np.asarray(out, np.int64)
 
 

@@ -40,6 +40,10 @@ class NGramPoolSettings:
         corpus (0: none).
     answer_weight : float
         Their count weight.
+    context_weight : float
+        The request's own n-grams (prompt and text so far) counted into every n-gram drafter's
+        distribution, each occurrence this many corpus occurrences (REST + prompt lookup in
+        one model; ``NGramDrafter(context_weight=...)``); 0: the corpus alone.
 
     Raises
     ------
@@ -52,7 +56,8 @@ class NGramPoolSettings:
     ngram_order: int = 4
     max_train_tokens: int = 300_000
     distilled_tokens: int = 50_000
-    answer_weight: float = 4.0
+    answer_weight: float = 1.0
+    context_weight: float = 4.0
 
     def __post_init__(self) -> None:
         d = self.domains
@@ -67,6 +72,10 @@ class NGramPoolSettings:
         if isinstance(w, bool) or not isinstance(w, int | float) or not 0 < w < math.inf:
             raise ValueError(f"answer_weight must be a finite number > 0, got {w!r}")
         object.__setattr__(self, "answer_weight", float(w))  # 20 and 20.0: one key
+        c = self.context_weight
+        if isinstance(c, bool) or not isinstance(c, int | float) or not 0 <= c < math.inf:
+            raise ValueError(f"context_weight must be a finite number >= 0, got {c!r}")
+        object.__setattr__(self, "context_weight", float(c))
 
     @classmethod
     def from_mapping(cls, obj: Mapping) -> NGramPoolSettings:
@@ -94,7 +103,7 @@ class NGramPoolSettings:
         ans = {"distilled_tokens": self.distilled_tokens, "weight": self.answer_weight}
         return {"target_vocab": int(target_vocab), "order": self.ngram_order,
                 "tokens": self.max_train_tokens, "answers": ans if self.distilled_tokens
-                else None}
+                else None, "context_weight": self.context_weight}
 
     def entries(self, target_vocab: int) -> dict[str, dict]:
         """Entry name -> settings: the specialists in ``domains`` order, then the generalist

@@ -131,6 +131,43 @@ def test_corpus_ngram_follows_the_longest_context_brute_force(tmp_path):
         assert d.draft(np.array(ctx), 4).tolist() == want
 
 
+@pytest.mark.parametrize("cw", [0.5, 4.0])
+def test_corpus_ngram_with_the_request_counted_in_brute_force(tmp_path, cw):
+    """context_weight: the corpus counts plus cw times the request's own (prompt, output,
+    drafts so far), at the longest order found in either."""
+    rng = np.random.default_rng(5)
+    docs = [rng.integers(0, 6, size=30).tolist() for _ in range(3)]
+    _ngram_file(tmp_path, "toy", docs)
+    d = CorpusNGram.load(tmp_path / "ngram-toy.npz")
+    d.context_weight = cw  # as saved by NGramDrafter(context_weight=cw)
+
+    def oracle_next(h):
+        for n in range(min(3, len(h)), 0, -1):
+            counts: dict[int, float] = {}
+            for doc, w in [*((x, 1.0) for x in docs), (h, cw)]:
+                for s in range(len(doc) - n):
+                    if doc[s:s + n] == h[-n:]:
+                        counts[doc[s + n]] = counts.get(doc[s + n], 0.0) + w
+            if counts:
+                best = max(counts.values())
+                return min(t for t, c in counts.items() if c == best)
+        return None
+
+    differs = 0
+    for _ in range(40):
+        h = rng.integers(0, 9, size=int(rng.integers(2, 25))).tolist()  # 6..8: request only
+        want: list[int] = []
+        while len(want) < 4 and (nxt := oracle_next(h + want)) is not None:
+            want.append(nxt)
+        got = d.draft(np.array(h), 4).tolist()
+        assert got == want
+        d.context_weight = 0.0
+        plain = d.draft(np.array(h), 4).tolist()
+        d.context_weight = cw
+        differs += plain != got
+    assert differs  # the request's own n-grams changed some drafts
+
+
 def test_pool_folder_rejects_missing_folder_and_foreign_vocabulary(tmp_path):
     with pytest.raises(ValueError, match="does not exist"):
         load_pool_folder(tmp_path / "nope", V)
@@ -164,7 +201,7 @@ def test_default_pool_settings_are_train_drafters_defaults():
     ours = NGramPoolSettings().entries(49152)
     assert list(ours) == list(app)
     settings = {"target_vocab": 49152, "order": 4, "tokens": 300_000, "domain": "code",
-                "answers": {"distilled_tokens": 50_000, "weight": 4.0}}
+                "answers": {"distilled_tokens": 50_000, "weight": 1.0}, "context_weight": 4.0}
     h = hashlib.sha256(json.dumps(settings, sort_keys=True).encode()).hexdigest()[:10]
     assert ours["ngram-code"] == settings and app["ngram-code"] == f"ngram-code-{h}"
 
