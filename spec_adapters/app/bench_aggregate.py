@@ -147,7 +147,8 @@ def aggregate(records: list[dict], pool, cfg: BenchConfig, routes: dict | None =
 
 
 def stream_thirds(records: list[dict],
-                  methods=("fixed:suffix", "normalhedge", "normalhedge-carry")) -> dict:
+                  methods=("fixed:suffix", "fixed:suffix-no-memory", "normalhedge",
+                           "normalhedge-carry")) -> dict:
     """MAT over the first and the last third of the greedy mixed stream (queries in stream
     order), per method: what a drafter or learner that keeps state along the stream gains
     from it."""

@@ -18,8 +18,10 @@ LABELS = {"target": "target alone", "generalist": "generalist (n-gram, mix)",
           "normalhedge-carry": "HedgeSpec (NormalHedge, carried across the stream)",
           "oracle": "hindsight oracle", "hf-prompt-lookup": "HF prompt lookup",
           "fixed:ngram-union": "union n-gram (all domains)", "fixed:suffix": "suffix drafter",
-          "fixed:prompt-lookup": "prompt lookup (ours)"}
+          "fixed:prompt-lookup": "prompt lookup (ours)",
+          "fixed:suffix-no-memory": "suffix drafter without the stream memory"}
 MAIN_ORDER = ("target", "hf-prompt-lookup", "fixed:prompt-lookup", "fixed:suffix",
+              "fixed:suffix-no-memory",
               "fixed:ngram-union", "generalist", "specialist", "router", "exp3spec", "ucbspec",
               "metasd-ucb", "normalhedge", "normalhedge-carry", "hedge", "adahedge",
               "normalhedge-cost", "oracle")
@@ -75,11 +77,11 @@ def markdown_tables(summary: dict, methods: Sequence[str] = MAIN_ORDER) -> str:
         lines.append("")
     lines += speed_tables(summary, methods)
     if summary.get("ratios"):
+        keys = list(dict.fromkeys(k for r in summary["ratios"].values() for k in r))
         lines += ["### HedgeSpec (NormalHedge) ratios on the mixed stream", "",
-                  "| temperature | " + " | ".join(next(iter(summary["ratios"].values())))
-                  + " |", "|---|" + "---|" * len(next(iter(summary["ratios"].values())))]
+                  "| temperature | " + " | ".join(keys) + " |", "|---|" + "---|" * len(keys)]
         for temp, r in summary["ratios"].items():
-            lines.append(f"| {temp} | " + " | ".join(_f(x) for x in r.values()) + " |")
+            lines.append(f"| {temp} | " + " | ".join(_f(r.get(k)) for k in keys) + " |")
         lines.append("")
     if summary.get("stream_thirds"):
         lines += ["### Along the stream: MAT over its first and last third, greedy", "",

@@ -88,7 +88,8 @@ class Pool:
         drafter name -> its domain (``None`` for the generalist and prompt lookup).
     baselines : list
         Drafters measured beside the pool but not selectable: ``ngram-union`` (every domain's
-        text and answers in one n-gram model).
+        text and answers in one n-gram model) and ``suffix-no-memory`` (the suffix drafter
+        without its memory of the stream).
     heads : list of EagleHead
         EAGLE heads (specialists in ``domains`` order, then the generalist), possibly empty.
     extras : list
@@ -292,13 +293,15 @@ def prompt_lookup(vocab_size: int):
     return PromptLookupDrafter(vocab_size, max_ngram=3, name="prompt-lookup")
 
 
-def suffix_drafter(vocab_size: int):
+def suffix_drafter(vocab_size: int, learn: bool = True):
     """The pool's suffix drafter (SuffixDecoding): the request's context and the earlier
-    queries of the stream, 200k tokens at most (12 bytes each)."""
+    queries of the stream, 200k tokens at most (12 bytes each); ``learn=False``: the request's
+    context alone (``suffix-no-memory``, a baseline)."""
     from spec_adapters.drafters.suffix import SuffixDrafter
 
     return SuffixDrafter(vocab_size, max_tokens=200_000, max_depth=24, min_match=1,
-                         min_prob=0.1, spec_factor=1.0, name="suffix")
+                         min_prob=0.1, spec_factor=1.0, learn=learn,
+                         name="suffix" if learn else "suffix-no-memory")
 
 
 def _load_entry(entry: Entry, model):
@@ -376,8 +379,10 @@ def load_pool(model, tokenizer, cache_dir, config: PoolConfig | None = None, *,
     extras = [loaded[e.name] for e in wanted if e.kind == "extra"]
     heads = [loaded[e.name] for e in wanted if e.kind == "eagle"]
     paths = {e.name: e.path for e in wanted}
+    frozen = suffix_drafter(V, learn=False)  # what the stream memory is worth
     return Pool(drafters, [*names, "prompt-lookup", "suffix"], domain_of,
-                [loaded["ngram-union"]], heads, extras, loaded.get("router"), folder, paths)
+                [loaded["ngram-union"], frozen], heads, extras, loaded.get("router"), folder,
+                paths)
 
 
 def describe(pool: Pool) -> list[dict]:

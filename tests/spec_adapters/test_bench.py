@@ -79,7 +79,7 @@ def test_every_section_and_output_is_written(run):
               "exp3spec", "ucbspec", "hf-prompt-lookup"):
         assert m in mix, m
     assert "0.7" in summary["main"]
-    assert set(summary["table1"]) == {*pool.names, "ngram-union"}
+    assert set(summary["table1"]) == {*pool.names, "ngram-union", "suffix-no-memory"}
     assert set(summary["poolsize"]["normalhedge"]) == {"1", "3", "8"}
     md = (out / "tables.md").read_text()
     assert "HedgeSpec (NormalHedge)" in md and "Table 1" in md

@@ -55,8 +55,8 @@ def test_pool_builds_loads_and_reuses(setup, capsys):
     assert isinstance(pool.drafters[4], PromptLookupDrafter)
     assert isinstance(pool.drafters[5], SuffixDrafter)
     # the union baseline saw every domain's text and answers: more than any member
-    (union,) = pool.baselines
-    assert union.name == "ngram-union"
+    union, frozen = pool.baselines
+    assert (union.name, frozen.name) == ("ngram-union", "suffix-no-memory")
     assert union.n_tokens > sum(d.n_tokens for d in pool.drafters[:3]) * 0.9
     assert pool.specialist("math") == 1 and pool.generalist == 3
     assert pool.domain_of["ngram-news"] == "news" and pool.domain_of["ngram-general"] is None

@@ -108,17 +108,23 @@ def _main(job_path: str, out_path: str) -> None:
 
 def _staggered(engine, prompts: list[list[int]], params: list, arrivals: list[int]
                ) -> list[list[int]]:
-    """Add prompt ``i`` at engine step ``arrivals[i]``; step until every request finished."""
+    """Add prompt ``i`` at engine step ``arrivals[i]``; step until every request finished
+    (with nothing in flight, the clock jumps to the next arrival: an idle engine's ``step``
+    would wait for output forever)."""
     from vllm.sampling_params import RequestOutputKind
 
     done: dict[int, list[int]] = {}
+    added: set[int] = set()
     step = 0
     while len(done) < len(prompts):
+        if len(added) == len(done):  # nothing in flight: a step would wait for output
+            step = max(step, min(at for i, at in enumerate(arrivals) if i not in added))
         for i, at in enumerate(arrivals):
-            if at == step:
+            if at <= step and i not in added:
                 p = params[i].clone()
                 p.output_kind = RequestOutputKind.FINAL_ONLY
                 engine.add_request(f"r{i}", {"prompt_token_ids": prompts[i]}, p)
+                added.add(i)
         for out in engine.step():
             if out.finished:
                 done[int(out.request_id[1:])] = list(out.outputs[0].token_ids)
