@@ -40,7 +40,7 @@ def _agg(rows: Sequence[dict]) -> dict:
     calls = sum(r["target_calls"] for r in rows)
     sec = sum(r["seconds"] for r in rows)
     sec = sec if np.isfinite(sec) else 0.0  # replayed rows are not timed
-    cpu = sum(r.get("cpu_seconds", np.nan) for r in rows)
+    cpu = sum(np.nan if r.get("replayed") else r.get("cpu_seconds", np.nan) for r in rows)
     out = {"mat": tok / calls if calls else None, "tok_s": tok / sec if sec else None,
            "tok_cpu_s": tok / cpu if cpu and np.isfinite(cpu) else None,
            "queries": len(rows), "new_tokens": tok, "rounds": calls,

@@ -14,10 +14,12 @@ same tokens). Methods (:func:`method_specs`):
 ``fixed:<name>`` the proposer with one drafter always (every prompt-lookup size and every
                  n-gram drafter of the target's pool).
 
-Each method is one vLLM engine in a subprocess of the vLLM environment's interpreter
-(:func:`spec_adapters.app.serve.find_vllm_python`, the environment of
-:func:`spec_adapters.app.serve.server_env`), running one phase per concurrency (1, 4, 16
-requests in flight; :mod:`spec_adapters.app.bench_vllm_runner`). One record per (method,
+Each (method, concurrency) phase (1, 4, 16 requests in flight) is one fresh vLLM engine in a
+subprocess of the vLLM environment's interpreter (:func:`spec_adapters.app.serve.find_vllm_python`,
+the environment of :func:`spec_adapters.app.serve.server_env`;
+:mod:`spec_adapters.app.bench_vllm_runner`): the suffix drafter's memory of the stream must not
+hold an earlier phase's answers to the same prompts (in one engine, the 4-concurrent phase
+reached MAT 4.07 that way), and the warm-up request is half a prompt. One record per (method,
 concurrency) is appended to ``<out>/records.jsonl`` as soon as its phase ends; a re-run with
 the same settings skips the records there (resumable), a run with other settings is refused.
 
@@ -33,8 +35,10 @@ Presets (:data:`PRESETS`)::
 
     hedgespec bench-vllm --preset quick   # 2 prompts per domain, 64 tokens, c = 1, 4;
                                           # plain, ngram, hedgespec (~4 min on 2 cores)
-    hedgespec bench-vllm --preset full    # 5 per domain, 256 tokens, c = 1, 4, 16, every
-                                          # method (hours)
+    hedgespec bench-vllm --preset targets # 5 per domain, 256 tokens, c = 1, 4, 16; plain,
+                                          # ngram, hedgespec: the issue's targets
+    hedgespec bench-vllm --preset full    # the same sizes, every method (hours)
+    hedgespec bench-vllm --preset demo    # make demo's stream: 1 per domain, c = 1
 """
 
 from __future__ import annotations
@@ -113,6 +117,8 @@ PRESETS: dict[str, VllmBenchConfig] = {
     "quick": VllmBenchConfig(queries_per_domain=2, max_new_tokens=64, concurrencies=(1, 4),
                              methods=("plain", "ngram", "hedgespec")),
     "full": VllmBenchConfig(),
+    # the issue's targets only: the benchmark prompts at full size, plain / ngram / HedgeSpec
+    "targets": VllmBenchConfig(methods=("plain", "ngram", "hedgespec")),
     # make demo: the demo's mixed stream through vLLM, one request at a time
     "demo": VllmBenchConfig(queries_per_domain=1, max_new_tokens=40, concurrencies=(1,),
                             methods=("plain", "ngram", "hedgespec")),
@@ -247,9 +253,10 @@ def run_bench_vllm(target: Path, tokenizer, domains: dict, pool: Path, cfg: Vllm
         log(f"bench-vllm: {m} at concurrency {', '.join(map(str, todo))} "
             f"({len(prompts)} prompts x {cfg.max_new_tokens} tokens)")
         spec, settings_m = method_specs(m, names, pool, cache_dir, cfg.k, cfg.seed)
-        for rec in _run_engine(python, {**job, "method": m, "speculative_config": spec,
-                                        "concurrencies": todo}, settings_m, out, threads):
-            records.add(rec)
+        for c in todo:  # a fresh engine per phase: no memory of another phase's answers
+            for rec in _run_engine(python, {**job, "method": m, "speculative_config": spec,
+                                            "concurrencies": [c]}, settings_m, out, threads):
+                records.add(rec)
     records_list = list(records.rows.values())
     summary = aggregate(records_list)
     summary["settings"] = settings
@@ -277,7 +284,8 @@ def _run_engine(python: Path, job: dict, proposer: dict | None, out: Path, threa
     failed (so that the finished phases are kept)."""
     logs = out / "logs"
     logs.mkdir(exist_ok=True)
-    log_path = logs / f"{job['method'].replace(':', '_')}.log"
+    log_path = logs / (f"{job['method'].replace(':', '_')}-c"
+                       + "-".join(map(str, job["concurrencies"])) + ".log")
     with tempfile.TemporaryDirectory(prefix="hedgespec-bench-vllm-") as tmp:
         job_path, res_path, cfg_path = (Path(tmp) / n for n in
                                         ("job.json", "out.jsonl", "proposer.json"))

@@ -119,7 +119,9 @@ def _main(job_path: str, out_path: str) -> None:
         return SamplingParams(temperature=0.0, max_tokens=max_tokens, ignore_eos=True,
                               detokenize=False, output_kind=RequestOutputKind.FINAL_ONLY)
 
-    closed_loop(engine, job["prompts"][:1], lambda: params(job["warmup_tokens"]), 1, "warmup")
+    first = job["prompts"][0]  # warm-up on half a prompt: its output is no request's answer
+    warm = {**first, "ids": first["ids"][:max(1, len(first["ids"]) // 2)]}
+    closed_loop(engine, [warm], lambda: params(job["warmup_tokens"]), 1, "warmup")
     for c in job["concurrencies"]:
         before = counter_totals(llm.get_metrics())
         requests, seconds = closed_loop(engine, job["prompts"], params, c, f"c{c}")

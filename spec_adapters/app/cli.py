@@ -53,7 +53,7 @@ MAX_SEED = 2**63 - 1  # torch.Generator.manual_seed and numpy.random.default_rng
 
 DTYPES = ("float32", "float16", "bfloat16")
 BENCH_PRESETS = ("demo", "small", "speed", "specialists", "full")  # spec_adapters.app.bench.PRESETS
-VLLM_BENCH_PRESETS = ("quick", "full")  # spec_adapters.app.bench_vllm.PRESETS
+VLLM_BENCH_PRESETS = ("quick", "targets", "full", "demo")  # spec_adapters.app.bench_vllm.PRESETS
 
 
 # ------------------------------------------------------------------------------------------

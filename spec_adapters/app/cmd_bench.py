@@ -21,8 +21,8 @@ from spec_adapters.app.log import log as _log
 
 __all__ = ["cmd_bench", "cmd_demo"]
 
-DEMO_METHODS = ("target", "hf-prompt-lookup", "generalist", "exp3spec", "normalhedge",
-                "normalhedge-cost", "oracle")
+DEMO_METHODS = ("target", "hf-prompt-lookup", "fixed:suffix", "fixed:ngram-union", "generalist",
+                "exp3spec", "normalhedge", "normalhedge-cost", "oracle")
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
@@ -86,8 +86,9 @@ def cmd_demo(args: argparse.Namespace) -> int:
     for m in DEMO_METHODS:
         if m in mix:
             v = mix[m]["mixed"]
-            print(f"{LABELS.get(m, m):50} {v['mat']:6.2f} {v['tok_s']:7.1f} "
-                  f"{v['tok_s'] / base:9.2f}")
+            speed = (f"{v['tok_s']:7.1f} {v['tok_s'] / base:9.2f}" if v["tok_s"] else
+                     f"{'–':>7} {'(replay)':>9}")
+            print(f"{LABELS.get(m, m):50} {v['mat']:6.2f} {speed}")
     if not args.no_vllm:
         _demo_vllm(args, model, tok, domains, out / "vllm", cfg)
     print(f"\nplots and tables in {out}/ ; total {time.perf_counter() - t0:.0f} s")
