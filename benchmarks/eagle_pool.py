@@ -41,6 +41,7 @@ def main(argv=None) -> None:
                     help="the --eagle-steps the heads were trained with")
     ap.add_argument("--max-train-tokens", type=int_arg(1), default=PoolConfig.max_train_tokens)
     ap.add_argument("--ngram-order", type=int_arg(1), default=PoolConfig.ngram_order)
+    ap.add_argument("--distilled-tokens", type=int_arg(0), default=PoolConfig.distilled_tokens)
     ap.add_argument("--tokens", type=int_arg(1), default=32, help="new tokens per query")
     ap.add_argument("--depth", type=int_arg(1), default=4)
     ap.add_argument("--top-k", type=int_arg(1), default=4)
@@ -52,7 +53,8 @@ def main(argv=None) -> None:
     try:
         model, tok = load_target(args.target, args.cache_dir)
         cfg = PoolConfig(domains=tuple(args.domains.split(",")), eagle_steps=args.eagle_steps,
-                         max_train_tokens=args.max_train_tokens, ngram_order=args.ngram_order)
+                         max_train_tokens=args.max_train_tokens, ngram_order=args.ngram_order,
+                         distilled_tokens=args.distilled_tokens)
         pool = load_pool(model, tok, args.cache_dir, cfg, build=False, progress=False)
         prompts = {d: load_domain(d, args.cache_dir).prompts[0] for d in cfg.domains}
     except (ValueError, FileNotFoundError) as err:  # store.CacheError is a ValueError

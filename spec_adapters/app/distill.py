@@ -145,9 +145,9 @@ def answer_batch(model, tokenizer, prompts: Sequence[str], max_new_tokens: int) 
 def answers_folder(out_dir: str | os.PathLike, model, tokenizer) -> Path:
     """``<out_dir>/<target-id>``: one folder per target (by shape; the fingerprint inside
     tells targets of one shape apart)."""
-    from spec_adapters.app.pool import pool_dir
+    from spec_adapters.vllm.target_pool import loaded_target_id
 
-    return Path(out_dir) / pool_dir(".", model, tokenizer).name
+    return Path(out_dir) / loaded_target_id(model, tokenizer)
 
 
 def shipped_dir() -> Path:

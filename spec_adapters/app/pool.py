@@ -62,7 +62,7 @@ from spec_adapters.app.pool_entries import FORMAT, Entry, check_entry, remove_en
 from spec_adapters.store.atomic import build_lock, sweep
 from spec_adapters.store.integrity import CacheError
 from spec_adapters.vllm.pool_settings import NGramPoolSettings
-from spec_adapters.vllm.target_pool import target_id
+from spec_adapters.vllm.target_pool import loaded_target_id
 
 __all__ = ["FORMAT", "Pool", "PoolConfig", "PoolCorruptError", "build_pool", "describe",
            "load_pool", "pool_dir", "prompt_lookup"]
@@ -124,19 +124,11 @@ class Pool:
 # ------------------------------------------------------------------------------------------
 # the folder and the entries a config asks for
 # ------------------------------------------------------------------------------------------
-def _target_id(model, tokenizer) -> str:
-    """Folder name of a target's pool: the model folder's *name* (not its path, so the same
-    cache reached as ``.cache`` or as an absolute path is one pool) and a hash of its shape."""
-    cfg = model.config
-    name = Path(str(getattr(cfg, "name_or_path", "") or type(model).__name__)).name
-    return target_id(type(model).__name__, name, getattr(cfg, "vocab_size", 0),
-                     getattr(cfg, "hidden_size", 0), getattr(cfg, "num_hidden_layers", 0),
-                     len(tokenizer))
-
-
 def pool_dir(cache_dir, model, tokenizer) -> Path:
-    """``<cache_dir>/pool/<target-id>``: pools for different targets never mix."""
-    return Path(cache_dir) / "pool" / _target_id(model, tokenizer)
+    """``<cache_dir>/pool/<target-id>``: pools for different targets never mix (the model
+    folder's *name*, not its path, so the same cache reached as ``.cache`` or as an absolute
+    path is one pool, and a hash of its shape)."""
+    return Path(cache_dir) / "pool" / loaded_target_id(model, tokenizer)
 
 
 def _entries(cfg: PoolConfig, folder: Path, V: int) -> list[Entry]:

@@ -13,7 +13,7 @@ import json
 import os
 from pathlib import Path
 
-__all__ = ["default_cache_dir", "pool_folder", "target_id"]
+__all__ = ["default_cache_dir", "loaded_target_id", "pool_folder", "target_id"]
 
 
 def target_id(model_class: str, name: str, vocab_size: int, hidden_size: int,
@@ -34,6 +34,16 @@ def target_id(model_class: str, name: str, vocab_size: int, hidden_size: int,
     """
     key = json.dumps([model_class, name, vocab_size, hidden_size, num_layers, n_tokens])
     return f"{name[:40]}-{hashlib.sha256(key.encode()).hexdigest()[:10]}"
+
+
+def loaded_target_id(model, tokenizer) -> str:
+    """:func:`target_id` of a loaded ``(model, tokenizer)``: the model folder's name from its
+    config's ``name_or_path`` (the class name when it has none)."""
+    cfg = model.config
+    name = Path(str(getattr(cfg, "name_or_path", "") or type(model).__name__)).name
+    return target_id(type(model).__name__, name, getattr(cfg, "vocab_size", 0),
+                     getattr(cfg, "hidden_size", 0), getattr(cfg, "num_hidden_layers", 0),
+                     len(tokenizer))
 
 
 def default_cache_dir() -> Path:

@@ -37,13 +37,14 @@ def built(tmp_path_factory):
     write_domains(cache, DOMS)
     assert hedgespec(["train-drafters", "--target", str(target), "--cache-dir", str(cache),
                       "--threads", "1", "--domains", ",".join(DOMS), "--max-train-tokens",
-                      "2000", "--eagle-steps", "1"]) == 0
+                      "2000", "--eagle-steps", "1", "--distilled-tokens", "0"]) == 0
     return root, target, cache
 
 
 def _argv(target, cache, out, steps: int) -> list[str]:
     return ["--target", str(target), "--cache-dir", str(cache), "--domains", ",".join(DOMS),
-            "--max-train-tokens", "2000", "--eagle-steps", str(steps), "--tokens", "6",
+            "--max-train-tokens", "2000", "--distilled-tokens", "0", "--eagle-steps", str(steps),
+            "--tokens", "6",
             "--depth", "2", "--top-k", "2", "--total-tokens", "4", "--out", str(out)]
 
 

@@ -162,9 +162,9 @@ def test_rerun_reuses_complete_domains_and_rebuilds_damaged_ones(tmp_path, sourc
     assert sorted(p.name for p in (cache / "domains").iterdir()) == ["math", "news"]
 
     meta = cache / "domains" / "math" / "meta.json"  # a folder in an older layout: rebuilt
-    meta.write_text(meta.read_text().replace('"format": 3', '"format": 2'))
+    meta.write_text(meta.read_text().replace('"format": 4', '"format": 3'))
     prepare_domains(cache, ["math"], sources=sources, n_prompts=3)
-    assert json.loads(meta.read_text())["format"] == 3
+    assert json.loads(meta.read_text())["format"] == 4
 
 
 def test_unknown_domain_is_a_clear_error(tmp_path, sources, capsys):
