@@ -118,6 +118,15 @@ PRESETS: dict[str, BenchConfig] = {
                                replay_fixed=True,
                                variant_queries_per_domain=0, router_accuracy_prompts=0,
                                pool_sizes=(), overhead=False),
+    # its temperature-0.7 half at full size: 5 prompts per domain, the target, HF prompt lookup
+    # and HedgeSpec reset per query / carried across the stream (the greedy part: the target)
+    "specialists-sampled": BenchConfig(queries_per_domain=5, sampled_queries_per_domain=5,
+                                       max_new_tokens=256, policies=(),
+                                       sampled_policies=("normalhedge", "normalhedge-carry"),
+                                       fixed=False, sampled_fixed=False,
+                                       variant_queries_per_domain=0,
+                                       router_accuracy_prompts=0, pool_sizes=(),
+                                       overhead=False),
     # every method and section: 5 prompts per domain, greedy and 0.7 on the same prompts, 256
     # new tokens (or EOS)
     "full": BenchConfig(queries_per_domain=5, sampled_queries_per_domain=5,

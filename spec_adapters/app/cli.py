@@ -52,7 +52,8 @@ MAX_THREADS = 4 * (os.cpu_count() or 1)
 MAX_SEED = 2**63 - 1  # torch.Generator.manual_seed and numpy.random.default_rng both take it
 
 DTYPES = ("float32", "float16", "bfloat16")
-BENCH_PRESETS = ("demo", "small", "speed", "specialists", "full")  # spec_adapters.app.bench.PRESETS
+# spec_adapters.app.bench.PRESETS
+BENCH_PRESETS = ("demo", "small", "speed", "specialists", "specialists-sampled", "full")
 VLLM_BENCH_PRESETS = ("quick", "targets", "full", "demo")  # spec_adapters.app.bench_vllm.PRESETS
 
 
