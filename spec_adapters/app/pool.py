@@ -61,7 +61,6 @@ from spec_adapters.app.pool_config import PoolConfig
 from spec_adapters.app.pool_entries import FORMAT, Entry, check_entry, remove_entry, write_sidecar
 from spec_adapters.store.atomic import build_lock, sweep
 from spec_adapters.store.integrity import CacheError
-from spec_adapters.vllm.pool_settings import NGramPoolSettings
 from spec_adapters.vllm.target_pool import loaded_target_id
 
 __all__ = ["FORMAT", "Pool", "PoolConfig", "PoolCorruptError", "build_pool", "describe",
@@ -133,8 +132,7 @@ def pool_dir(cache_dir, model, tokenizer) -> Path:
 
 def _entries(cfg: PoolConfig, folder: Path, V: int) -> list[Entry]:
     """Every entry ``cfg`` asks for, in build order (answers before the n-grams using them)."""
-    ngram = NGramPoolSettings(cfg.domains, cfg.ngram_order, cfg.max_train_tokens,
-                              cfg.distilled_tokens, cfg.answer_weight, cfg.context_weight)
+    ngram = cfg.ngram
     base = ngram.base(V)
     out: list[Entry] = []
     if cfg.distilled_tokens:

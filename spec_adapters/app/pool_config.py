@@ -3,8 +3,9 @@ and loads it; its entry keys are derived from these settings)."""
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
+
+from spec_adapters.vllm.pool_settings import NGramPoolSettings
 
 __all__ = ["PoolConfig"]
 
@@ -66,17 +67,19 @@ class PoolConfig:
     router: bool = False
     seed: int = 0
 
+    @property
+    def ngram(self) -> NGramPoolSettings:
+        """The settings the pool's n-gram entries are keyed by (shared with the vLLM
+        proposer, :mod:`spec_adapters.vllm.pool_settings`)."""
+        return NGramPoolSettings(self.domains, self.ngram_order, self.max_train_tokens,
+                                 self.distilled_tokens, self.answer_weight, self.context_weight)
+
     def __post_init__(self) -> None:
         from spec_adapters.app.domains import _check_names
 
         self.domains = tuple(_check_names(self.domains))
-        if self.distilled_tokens < 0 or not 0 < self.answer_weight < math.inf \
-                or not 0 <= self.context_weight < math.inf:
-            raise ValueError("distilled_tokens and context_weight must be >= 0, answer_weight "
-                             "> 0, and both weights finite")
+        _ = self.ngram  # the n-gram settings are checked where they are defined
         if self.router and len(self.domains) < 2:
             raise ValueError("the router needs at least two domains")
-        if self.ngram_order < 1 or self.max_train_tokens < 1 or self.eagle_steps < 0 \
-                or self.extra_shards < 0:
-            raise ValueError("ngram_order and max_train_tokens must be >= 1, eagle_steps and "
-                             "extra_shards >= 0")
+        if self.eagle_steps < 0 or self.extra_shards < 0:
+            raise ValueError("eagle_steps and extra_shards must be >= 0")
