@@ -42,7 +42,8 @@ from spec_adapters.store.atomic import atomic_folder
 from spec_adapters.store.integrity import CacheError, file_digests, verify_files
 
 __all__ = ["ENGINES", "FORMAT", "DistillConfig", "answer_batch", "answers_folder", "distill",
-           "load_answers", "run_batches", "shipped_dir", "target_fingerprint"]
+           "load_answers", "read_token_lists", "run_batches", "save_token_lists", "shipped_dir",
+           "target_fingerprint"]
 
 FORMAT = 1
 _COMMAND = "hedgespec distill --engine vllm --threads 2 --out data/distilled"
@@ -155,7 +156,10 @@ def shipped_dir() -> Path:
     return Path(__file__).resolve().parents[2] / "data" / "distilled"
 
 
-def _save_npz(path: Path, answers: list[list[int]], prompts: list[str]) -> None:
+def save_token_lists(path: Path, answers: list[list[int]], prompts: list[str]) -> None:
+    """Write answers (token lists) and their prompts as one compressed ``.npz`` (concatenated
+    uint32 ids, offsets, the prompts as JSON), atomically: the format of the answer sets and
+    of the pool's answers entries."""
     tmp = path.with_name(path.name + ".tmp.npz")
     np.savez_compressed(tmp, ids=np.array([t for a in answers for t in a], dtype=np.uint32),
                         offsets=np.cumsum([0, *map(len, answers)]).astype(np.int64),
@@ -163,7 +167,9 @@ def _save_npz(path: Path, answers: list[list[int]], prompts: list[str]) -> None:
     os.replace(tmp, path)
 
 
-def _read_npz(path: Path) -> tuple[list[list[int]], list[str]]:
+def read_token_lists(path: Path) -> tuple[list[list[int]], list[str]]:
+    """``(answers, prompts)`` of a file :func:`save_token_lists` wrote (``CacheError`` when it
+    is not one)."""
     try:
         with np.load(path, allow_pickle=False) as z:
             ids, off = z["ids"].astype(np.int64), z["offsets"]
@@ -256,15 +262,18 @@ def run_batches(prompts: dict[str, list[str]], work: Path, cfg: DistillConfig,
             if total >= cfg.tokens_per_domain:
                 break
             f = ddir / f"batch-{i:05d}.npz"
-            if not f.is_file():
+            if f.is_file():
+                answers = read_token_lists(f)[0]
+            else:
                 t0 = time.perf_counter()
                 batch = asks[a:a + cfg.batch_size]
-                _save_npz(f, answer(batch), batch)
+                answers = answer(batch)
+                save_token_lists(f, answers, batch)
                 spent += time.perf_counter() - t0
                 clock.write_text(json.dumps({"seconds": spent}))
                 if on_batch is not None:
                     on_batch(name, i)
-            n = sum(map(len, _read_npz(f)[0]))
+            n = sum(map(len, answers))
             bar.update(min(n, max(0, cfg.tokens_per_domain - total)))
             total += n
             bar.set_postfix_str(f"{name} {total} tok")
@@ -305,12 +314,12 @@ def _finish(folder: Path, work: Path, domains: list[str], cfg: DistillConfig, se
             for f in sorted((work / name).glob("batch-*.npz")):
                 if total >= cfg.tokens_per_domain:
                     break
-                a, p = _read_npz(f)
+                a, p = read_token_lists(f)
                 answers += a
                 prompts += p
                 total += sum(map(len, a))
             file = f"answers-{name}.npz"
-            _save_npz(tmp / file, answers, prompts)
+            save_token_lists(tmp / file, answers, prompts)
             per[name] = {"answers": len(answers), "tokens": total, "file": file}
         digests = file_digests(tmp, [p["file"] for p in per.values()])
         for p in per.values():
@@ -358,4 +367,4 @@ def load_answers(folder: str | os.PathLike, domain: str, fingerprint: str,
     if not isinstance(entry, dict):
         raise CacheError(f"the distilled answers in {folder} have no domain {domain!r}; {fix}")
     verify_files(folder, {entry["file"]: {"size": entry["size"], "sha256": entry["sha256"]}})
-    return _read_npz(folder / entry["file"])
+    return read_token_lists(folder / entry["file"])

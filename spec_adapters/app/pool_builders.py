@@ -8,7 +8,6 @@ entries: :func:`spec_adapters.app.pool.build_pool`."""
 from __future__ import annotations
 
 import itertools
-import os
 import shutil
 from collections.abc import Iterable
 from pathlib import Path
@@ -87,15 +86,13 @@ def answers_for(entries: dict[str, Entry], cfg: PoolConfig,
     """The distilled answers of one domain; for ``None`` (the generalist) as many answer
     tokens as one domain holds, drawn in turn from every domain; for ``"*"`` (the union
     baseline) all of them."""
-    import numpy as np
+    from spec_adapters.app.distill import read_token_lists
 
     if not cfg.distilled_tokens:
         return []
 
     def read(d):
-        with np.load(entries[f"answers-{d}"].path) as z:
-            ids, off = z["ids"].astype(np.int64), z["offsets"]
-        return [ids[a:b].tolist() for a, b in itertools.pairwise(off)]
+        return read_token_lists(entries[f"answers-{d}"].path)[0]
 
     if domain == "*":
         return [a for d in cfg.domains for a in read(d)]
@@ -172,9 +169,12 @@ def save_answers(entry: Entry, model, tokenizer, domain, cfg: PoolConfig, cache_
     (:func:`spec_adapters.app.distill.load_answers`: a foreign set is a ``CacheError`` that
     says so, never silently used).
     """
-    import numpy as np
-
-    from spec_adapters.app.distill import answers_folder, load_answers, shipped_dir
+    from spec_adapters.app.distill import (
+        answers_folder,
+        load_answers,
+        save_token_lists,
+        shipped_dir,
+    )
     from spec_adapters.app.distill import target_fingerprint as fingerprint
 
     roots = [Path(cfg.answers_dir)] if cfg.answers_dir else \
@@ -184,14 +184,11 @@ def save_answers(entry: Entry, model, tokenizer, domain, cfg: PoolConfig, cache_
     answers, prompts = load_answers(folder, domain.name, fingerprint(model, tokenizer),
                                     cfg.distilled_tokens)
     held = set(domain.prompts)
-    kept = [a for a, p in zip(answers, prompts, strict=True) if p not in held]
+    kept = [(a, p) for a, p in zip(answers, prompts, strict=True) if p not in held]
     if len(kept) < len(answers):
         from spec_adapters.app.log import log
 
         log(f"{len(answers) - len(kept)} distilled {domain.name} answers are to benchmark "
             "prompts (the domain's split changed since they were made): left out")
-    tmp = entry.path.with_name(entry.path.name + ".tmp.npz")
-    np.savez(tmp, ids=np.array([t for a in kept for t in a], dtype=np.int64),
-             offsets=np.cumsum([0, *map(len, kept)]).astype(np.int64))
-    os.replace(tmp, entry.path)
+    save_token_lists(entry.path, [a for a, _ in kept], [p for _, p in kept])
     write_sidecar(entry)
