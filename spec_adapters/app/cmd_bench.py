@@ -5,7 +5,6 @@ stream and its comparison table)."""
 from __future__ import annotations
 
 import argparse
-import os
 import time
 from pathlib import Path
 
@@ -101,9 +100,9 @@ def _demo_vllm(args: argparse.Namespace, model, tok, domains: dict, out: Path, c
     from dataclasses import replace
 
     from spec_adapters.app.bench_vllm import PRESETS as VLLM_PRESETS
-    from spec_adapters.app.bench_vllm import label, run_bench_vllm
+    from spec_adapters.app.bench_vllm import label
+    from spec_adapters.app.cmd_vllm import vllm_bench_of
     from spec_adapters.app.serve import find_vllm_python
-    from spec_adapters.vllm.target_pool import pool_folder
 
     try:
         find_vllm_python()
@@ -113,11 +112,8 @@ def _demo_vllm(args: argparse.Namespace, model, tok, domains: dict, out: Path, c
     _log("step 5/5: the same stream through vLLM (an engine start per method, ~30 s each)")
     vcfg = replace(VLLM_PRESETS["demo"], queries_per_domain=cfg.queries_per_domain,
                    max_new_tokens=cfg.max_new_tokens)
-    target = Path(model.config.name_or_path)
     try:
-        summary = run_bench_vllm(target, tok, domains, pool_folder(target, args.cache_dir),
-                                 vcfg, out, cache_dir=args.cache_dir,
-                                 threads=args.threads or min(2, os.cpu_count() or 1))
+        summary = vllm_bench_of(args, Path(model.config.name_or_path), tok, domains, vcfg, out)
     except (ValueError, RuntimeError) as err:
         raise UserError(f"the vLLM part of the demo failed: {err}") from None
     print(f"\nthe same stream inside vLLM ({vcfg.max_new_tokens} new tokens, greedy, one "

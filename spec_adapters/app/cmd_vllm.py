@@ -10,7 +10,19 @@ from pathlib import Path
 
 from spec_adapters.app.cmd_setup import UserError, prepared_domains, target_from_args
 
-__all__ = ["cmd_bench_vllm", "cmd_serve"]
+__all__ = ["cmd_bench_vllm", "cmd_serve", "vllm_bench_of"]
+
+
+def vllm_bench_of(args: argparse.Namespace, target: Path, tok, domains: dict, cfg, out: Path
+                  ) -> dict:
+    """:func:`spec_adapters.app.bench_vllm.run_bench_vllm` on the served ``target`` folder and
+    its pool under ``args.cache_dir``, with ``args.threads`` (default ``min(2, cores)``)."""
+    from spec_adapters.app.bench_vllm import run_bench_vllm
+    from spec_adapters.vllm.target_pool import pool_folder
+
+    return run_bench_vllm(target, tok, domains, pool_folder(target, args.cache_dir), cfg, out,
+                          cache_dir=args.cache_dir,
+                          threads=args.threads or min(2, os.cpu_count() or 1))
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
@@ -34,8 +46,7 @@ def cmd_bench_vllm(args: argparse.Namespace) -> int:
     """HedgeSpec inside vLLM against vLLM plain and ngram (spec_adapters.app.bench_vllm)."""
     from dataclasses import replace
 
-    from spec_adapters.app.bench_vllm import PRESETS, markdown, run_bench_vllm
-    from spec_adapters.vllm.target_pool import pool_folder
+    from spec_adapters.app.bench_vllm import PRESETS, markdown
 
     sizes = {"queries_per_domain": args.queries_per_domain,
              "max_new_tokens": args.max_new_tokens}
@@ -46,9 +57,7 @@ def cmd_bench_vllm(args: argparse.Namespace) -> int:
     domains = prepared_domains(args)
     out = Path(args.out or f"results/bench-vllm-{args.preset}")
     try:
-        summary = run_bench_vllm(target, tok, domains, pool_folder(target, args.cache_dir), cfg,
-                                 out, cache_dir=args.cache_dir,
-                                 threads=args.threads or min(2, os.cpu_count() or 1))
+        summary = vllm_bench_of(args, target, tok, domains, cfg, out)
     except (ValueError, RuntimeError, FileNotFoundError) as err:
         raise UserError(str(err)) from None
     print(markdown(summary))
