@@ -32,6 +32,7 @@ import math
 from functools import cached_property
 from typing import TYPE_CHECKING, NamedTuple
 
+import numpy as np
 import torch
 
 if TYPE_CHECKING:
@@ -260,6 +261,11 @@ class Base:
         return torch.sort(self.probs, descending=True, stable=True).indices
 
     @cached_property
+    def array(self) -> np.ndarray:
+        """The probabilities as a float64 numpy array on the CPU (for mixtures built in numpy)."""
+        return self.probs.detach().cpu().double().numpy()
+
+    @cached_property
     def cdf(self) -> torch.Tensor:
         return self.probs.double().cumsum(-1)
 
@@ -348,9 +354,14 @@ class Sparse(Rows):
         return out.scatter(-1, idx, self.values.to(out.dtype))[..., :V]
 
     def argmax(self) -> torch.LongTensor:
-        """Among the support (lowest id on ties) and the base's most probable token off it.
+        """Among the support (lowest id on ties) and the base's most probable token
+        ``t = order[0]``; ``O(m S)``, nothing V-sized.
 
-        Needs one base (a drafter's rows, not a stack); ``O(m S^2)``, nothing V-sized."""
+        ``t`` stands for every token off the support: if ``t`` is off it, it is the best one
+        there; if it is on it, every off-support value is ``<= lam b(t) <= q(t) <= best``, and a
+        tie resolves to the support (its best id is ``<= t``, the lowest id of the base's
+        maximum, and any other token of that mass is above ``t``). Needs one base (a
+        drafter's rows, not a stack)."""
         if self.base.probs.dim() != 1:
             raise ValueError("Sparse.argmax needs one drafter's rows (a single base)")
         S = self.support.shape[-1]
@@ -358,12 +369,10 @@ class Sparse(Rows):
         mask = support >= 0
         best_v, at = _pad(self.values, max(S, 1), 0.0).masked_fill(~mask, -1.0).max(-1)
         best_s = support.gather(-1, at.unsqueeze(-1)).squeeze(-1)
-        cand = self.base.order[:min(S + 1, self.vocab_size)]
-        inside = (cand.view(1, -1, 1) == support.unsqueeze(-2)).any(-1)  # (m, S+1)
-        off = cand[(~inside).int().argmax(-1)]
-        off_v = self.lam * self.base.probs[off]
-        take = (off_v > best_v) | ((off_v == best_v) & (off < best_s))
-        out = torch.where(take, off, best_s)
+        top = self.base.order[0]
+        off_v = self.lam * self.base.probs[top]
+        take = (off_v > best_v) | ((off_v == best_v) & (top < best_s))
+        out = torch.where(take, top, best_s)
         return torch.where((self.lam == 0) & ~mask.any(-1), -1, out)
 
     def tempered(self, t: float) -> Sparse:

@@ -80,33 +80,51 @@ def _key_of(context: Sequence[int], base: int) -> int:
     return k
 
 
-def _mixture(base: Base, matches: Iterable[tuple[torch.Tensor, torch.Tensor]]
+def _mixture(base: Base, matches: Iterable[tuple[np.ndarray, np.ndarray]]
              ) -> tuple[Sparse, bool]:
-    """Interpolated Witten-Bell recursion, lowest order first (see the module docstring), in
-    sparse form.
+    """The interpolated Witten-Bell recursion (see the module docstring) in closed form, in
+    sparse form, computed in numpy over the support only.
 
     ``matches`` yields, for n = 1, 2, ... while the context is found, the tokens following the
-    order-``n`` context and their counts (a token may appear more than once: its counts add up).
-    Off the union ``S`` of the tokens seen, ``P_n(x) = lam_n b(x)`` with
-    ``lam_n = prod_{i<=n} T_i / (C_i + T_i)``; on ``S`` the values are kept explicitly, a token
-    entering at order ``n`` starting from ``lam_{n-1} b(x)``. Returns the one-row mixture and
-    whether any order matched.
+    order-``n`` context and their counts ``c_n`` (a token may appear more than once: its counts
+    add up), with ``C_n`` their total and ``T_n`` the number of distinct tokens. Unrolling the
+    recursion from the longest matched order ``N`` down,
+
+        P_N(x) = lam_N b(x) + sum_n mu_n c_n(x),   lam_n = prod_{i<=n} T_i / (C_i + T_i),
+        mu_n = 1 / (C_n + T_n) * prod_{n<i<=N} T_i / (C_i + T_i),
+
+    so the support is the union of the tokens seen and one pass adds every order's counts.
+    Returns the one-row mixture and whether any order matched; cost ``O(S log S)`` for ``S``
+    continuations in all, nothing of the vocabulary's size.
     """
-    support = torch.zeros(0, dtype=torch.long)
-    values = torch.zeros(0, dtype=base.probs.dtype)
-    lam, matched = 1.0, False
-    for toks, counts in matches:
-        matched = True
-        union = torch.unique(torch.cat([support, toks]))
-        total, types = float(counts.sum()), float(torch.unique(toks).numel())
-        grown = lam * base.probs[union]
-        grown[torch.searchsorted(union, support)] = values
-        values = grown * (types / (total + types))
-        values.index_add_(0, torch.searchsorted(union, toks),
-                          counts.to(values.dtype) / (total + types))
-        support, lam = union, lam * types / (total + types)
-    return Sparse(support[None], values[None], torch.tensor([lam], dtype=values.dtype),
-                  base), matched
+    levels = list(matches)
+    toks = np.concatenate([t for t, _ in levels]) if levels else np.zeros(0, np.int64)
+    support, inv = np.unique(toks, return_inverse=True)
+    lam, weights = 1.0, []
+    for t, c in reversed(levels):  # the longest order first: mu_n needs the factors above it
+        types = np.unique(t).size
+        scale = float(c.sum()) + types
+        weights.append(c * (lam / scale))
+        lam *= types / scale
+    w = np.concatenate(weights[::-1]) if levels else np.zeros(0)
+    values = lam * base.array[support] + np.bincount(inv, weights=w, minlength=support.size)
+    dtype = base.probs.dtype
+    return Sparse(torch.from_numpy(support)[None], torch.from_numpy(values).to(dtype)[None],
+                  torch.tensor([lam], dtype=dtype), base), bool(levels)
+
+
+def _prune(offsets: np.ndarray, toks: np.ndarray, counts: np.ndarray, keep: int
+           ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """One order's CSR table with each context's ``keep`` most frequent continuations (ties:
+    the lowest id), still in token order within a context."""
+    sizes = np.diff(offsets)
+    if sizes.max(initial=0) <= keep:
+        return offsets, toks, counts
+    row = np.repeat(np.arange(sizes.size), sizes)
+    by_count = np.lexsort((toks, -counts, row))  # per context: most frequent first
+    rank = np.arange(toks.size) - offsets[row[by_count]]
+    kept = np.sort(by_count[rank < keep])
+    return np.append(0, np.cumsum(np.minimum(sizes, keep))), toks[kept], counts[kept]
 
 
 def _check_ids(ids: torch.Tensor, vocab_size: int, what: str) -> list[int]:
@@ -131,15 +149,18 @@ class _ContextCounts:
         for n in range(1, min(self.max_n, L) + 1):
             self.counts[n - 1][tuple(context[L - n:L])][token] += 1
 
-    def lookup(self, context: list[int], committed: int, n: int) -> dict[int, int]:
-        """Continuations of ``context[-n:]``: counted ones plus those whose next token is one of
-        the drafts ``context[committed:]`` (so a draft can continue a copy)."""
+    def lookup(self, context: list[int], committed: int, n: int
+               ) -> tuple[np.ndarray, np.ndarray]:
+        """Continuations of ``context[-n:]`` and their counts (int64, float64 arrays; empty
+        when none): counted ones plus those whose next token is one of the drafts
+        ``context[committed:]`` (so a draft can continue a copy)."""
         key = tuple(context[-n:])
         found = dict(self.counts[n - 1].get(key, {}))
         for end in range(max(committed, n), len(context)):
             if tuple(context[end - n:end]) == key:
                 found[context[end]] = found.get(context[end], 0) + 1
-        return found
+        return (np.fromiter(found, np.int64, len(found)),
+                np.fromiter(found.values(), np.float64, len(found)))
 
 
 class _ContextDrafter:
@@ -230,15 +251,23 @@ class NGramDrafter(_ContextDrafter):
     abstain : bool, default False
         Propose nothing where the context matches at no order (instead of drafting from the
         bare unigram base); see the module docstring.
+    max_continuations : int or None, default 32
+        Each stored context keeps its ``max_continuations`` most frequent continuations (ties:
+        the lowest id); the model is Witten-Bell on those counts. A lookup then costs
+        ``O(order * max_continuations)`` however large the corpus (a common token has
+        thousands of continuations at order 1, each a sliver of mass). ``None`` keeps all.
     """
 
     def __init__(self, vocab_size: int, tables, unigram: np.ndarray, alpha: float = 0.1,
-                 name: str = "ngram", context_weight: float = 0.0, abstain: bool = False
-                 ) -> None:
+                 name: str = "ngram", context_weight: float = 0.0, abstain: bool = False,
+                 max_continuations: int | None = 32) -> None:
         super().__init__()
         self.abstain = bool(abstain)
         if vocab_size < 1 or alpha <= 0 or context_weight < 0:
             raise ValueError("need vocab_size >= 1, alpha > 0 and context_weight >= 0")
+        if max_continuations is not None and max_continuations < 1:
+            raise ValueError(f"max_continuations must be >= 1 or None, got {max_continuations}")
+        self.max_continuations = max_continuations
         self.context_weight = float(context_weight)
         self._ctx_counts: _ContextCounts | None = None
         unigram = np.asarray(unigram, dtype=np.float64)
@@ -249,9 +278,12 @@ class NGramDrafter(_ContextDrafter):
         self.alpha = float(alpha)
         self.order = len(tables)
         self.base = self.vocab_size + 1  # one more than any id: the document separator
-        self.tables = [(np.asarray(k, np.uint64), np.asarray(o, np.int64),
-                        torch.as_tensor(np.asarray(t, np.int64)),
-                        torch.as_tensor(np.asarray(c, np.float32))) for k, o, t, c in tables]
+        self.tables = []
+        for k, o, t, c in tables:
+            o, t, c = np.asarray(o, np.int64), np.asarray(t, np.int64), np.asarray(c, np.float64)
+            if max_continuations is not None:
+                o, t, c = _prune(o, t, c, max_continuations)
+            self.tables.append((np.asarray(k, np.uint64), o, t, c))
         u = unigram + self.alpha
         self._unigram = torch.as_tensor(u / u.sum(), dtype=torch.float32)
         self._base = Base(self._unigram)
@@ -260,7 +292,7 @@ class NGramDrafter(_ContextDrafter):
     def __repr__(self) -> str:
         return (f"NGramDrafter({self.name!r}, vocab_size={self.vocab_size}, order={self.order}, "
                 f"tokens={self.n_tokens}, context_weight={self.context_weight}, "
-                f"abstain={self.abstain})")
+                f"abstain={self.abstain}, max_continuations={self.max_continuations})")
 
     def start(self, prompt_ids: torch.LongTensor) -> None:
         self._ctx_counts = _ContextCounts(self.order) if self.context_weight > 0 else None
@@ -275,7 +307,8 @@ class NGramDrafter(_ContextDrafter):
     def from_corpus(cls, documents: Sequence[Sequence[int]] | np.ndarray, vocab_size: int, *,
                     order: int = 4, alpha: float = 0.1, name: str = "ngram",
                     context_weight: float = 0.0, weights: Sequence[float] | None = None,
-                    abstain: bool = False) -> NGramDrafter:
+                    abstain: bool = False, max_continuations: int | None = 32
+                    ) -> NGramDrafter:
         """Count every n-gram (n = 1..order contexts) of a tokenised corpus.
 
         Parameters
@@ -285,7 +318,7 @@ class NGramDrafter(_ContextDrafter):
         vocab_size : int
         order : int
             Longest context length used (>= 1).
-        alpha, name, context_weight, abstain
+        alpha, name, context_weight, abstain, max_continuations
             See the class.
         weights : sequence of float, optional
             One weight > 0 per document: each of its n-grams counts ``weight`` times (e.g. the
@@ -337,7 +370,8 @@ class NGramDrafter(_ContextDrafter):
             offsets = np.append(ctx_at, len(pkeys))
             tables.append((pkeys[ctx_at], offsets, ptoks, counts))
         return cls(vocab_size, tables, unigram, alpha=alpha, name=name,
-                   context_weight=context_weight, abstain=abstain)
+                   context_weight=context_weight, abstain=abstain,
+                   max_continuations=max_continuations)
 
     @classmethod
     def from_texts(cls, texts: Iterable[str], tokenizer, *, vocab_size: int | None = None,
@@ -356,10 +390,11 @@ class NGramDrafter(_ContextDrafter):
         arrays = {"unigram": self._unigram.numpy(), "meta": np.array(json.dumps({
             "vocab_size": self.vocab_size, "order": self.order, "alpha": self.alpha,
             "name": self.name, "n_tokens": self.n_tokens, "format": 1,
-            "context_weight": self.context_weight}))}
+            "context_weight": self.context_weight,
+            "max_continuations": self.max_continuations}))}
         for n, (k, o, t, c) in enumerate(self.tables, start=1):
-            arrays |= {f"keys{n}": k, f"offsets{n}": o, f"tokens{n}": t.numpy(),
-                       f"counts{n}": c.numpy()}
+            arrays |= {f"keys{n}": k, f"offsets{n}": o, f"tokens{n}": t,
+                       f"counts{n}": c.astype(np.float32)}
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_name(path.name + ".tmp.npz")
         np.savez(tmp, **arrays)
@@ -367,8 +402,10 @@ class NGramDrafter(_ContextDrafter):
         return path
 
     @classmethod
-    def load(cls, path: str | os.PathLike) -> NGramDrafter:
-        """Read a file written by :meth:`save`; ``ValueError`` when it is not one."""
+    def load(cls, path: str | os.PathLike, max_continuations: int | None = 32) -> NGramDrafter:
+        """Read a file written by :meth:`save` (``ValueError`` when it is not one), keeping
+        ``max_continuations`` per context (see the class; a file saved with fewer keeps
+        its own)."""
         try:
             with np.load(path, allow_pickle=False) as z:
                 meta = json.loads(str(z["meta"]))
@@ -378,7 +415,8 @@ class NGramDrafter(_ContextDrafter):
         except (OSError, KeyError, ValueError) as err:
             raise ValueError(f"{path} is not a saved NGramDrafter: {err}") from err
         obj = cls(meta["vocab_size"], tables, np.ones(meta["vocab_size"]), alpha=meta["alpha"],
-                  name=meta["name"], context_weight=meta.get("context_weight", 0.0))
+                  name=meta["name"], context_weight=meta.get("context_weight", 0.0),
+                  max_continuations=max_continuations)
         obj._unigram = torch.as_tensor(unigram_p, dtype=torch.float32)
         obj._base = Base(obj._unigram)
         obj.n_tokens = int(meta["n_tokens"])
@@ -400,17 +438,17 @@ class NGramDrafter(_ContextDrafter):
         corpus_alive, own_alive = True, own is not None
         for n in range(1, min(self.order, len(context)) + 1):
             hit = self._corpus_match(context, n) if corpus_alive else None
-            found = own.lookup(context, len(self._context), n) if own_alive else {}
-            corpus_alive, own_alive = hit is not None, bool(found)
-            if not (corpus_alive or own_alive):
-                return
-            toks = [hit[0]] if hit else []
-            counts = [hit[1]] if hit else []
-            if found:
-                toks.append(torch.tensor(list(found), dtype=torch.long))
-                counts.append(self.context_weight
-                              * torch.tensor(list(found.values()), dtype=torch.float32))
-            yield torch.cat(toks), torch.cat(counts)
+            found = own.lookup(context, len(self._context), n) if own_alive else None
+            corpus_alive, own_alive = hit is not None, found is not None and found[0].size > 0
+            if not own_alive:
+                if not corpus_alive:
+                    return
+                yield hit
+            elif not corpus_alive:
+                yield found[0], self.context_weight * found[1]
+            else:
+                yield (np.concatenate([hit[0], found[0]]),
+                       np.concatenate([hit[1], self.context_weight * found[1]]))
 
     def log_probs(self, context: Sequence[int]) -> torch.Tensor:
         """Smoothed next-token log-probabilities (V,) after ``context`` (dense: a reference;
@@ -469,7 +507,6 @@ class PromptLookupDrafter(_ContextDrafter):
     def _matches(self, context: list[int]):
         for n in range(1, min(self.max_ngram, len(context)) + 1):
             found = self._counts.lookup(context, len(self._context), n)
-            if not found:
+            if not found[0].size:
                 return
-            yield (torch.tensor(list(found.keys()), dtype=torch.long),
-                   torch.tensor(list(found.values()), dtype=torch.float32))
+            yield found

@@ -156,6 +156,30 @@ def test_no_draft_is_one_plain_step():
                               torch.zeros(0, dtype=torch.long)) == (0, 1)
 
 
+@pytest.mark.parametrize("seed", range(6))
+def test_sparse_argmax_equals_the_dense_argmax_where_the_base_wins_or_ties(seed):
+    """Rows where ``lam`` is large (the base's top token off the support can win), a
+    peaked base, exact ties between support and base: the dense argmax (lowest id first)."""
+    rng = np.random.default_rng(seed)
+    V = 23
+    probs = torch.tensor(rng.dirichlet(np.ones(V) * 0.2), dtype=torch.float32)
+    probs[5] = probs[11] = probs.max()  # two top tokens with equal mass
+    base = Base(probs / probs.sum())
+    rows = []
+    for j in range(40):
+        s = int(rng.integers(0, 6))
+        sup = torch.tensor(np.sort(rng.choice(V, size=s, replace=False)), dtype=torch.long)
+        lam = float(rng.uniform(0.5, 1.0)) if j % 3 else 1.0 - 1e-3 * s
+        vals = lam * base.probs[sup] + torch.tensor(rng.dirichlet(np.ones(max(s, 1)))[:s]
+                                                    * (1 - lam), dtype=torch.float32)
+        if j % 5 == 0 and s:  # a support value tied with the best off-support token
+            off = next(int(t) for t in base.order if int(t) not in sup.tolist())
+            vals[0] = lam * base.probs[off]
+        rows.append(Sparse(sup[None], vals[None], torch.tensor([lam]), base))
+    q = cat_rows(rows)
+    assert q.argmax().tolist() == q.dense().argmax(-1).tolist()
+
+
 @pytest.mark.parametrize("sampling", [SamplingConfig(0.0), SamplingConfig(1.0),
                                       SamplingConfig(0.4), SamplingConfig(1.7),
                                       SamplingConfig(0.8, top_k=3), SamplingConfig(0.9, top_p=0.7)])
