@@ -22,9 +22,11 @@ GREEDY = SamplingConfig(temperature=0.0)
 WARM = SamplingConfig(temperature=0.8)
 
 
-def naive_witten_bell(docs, context, V, order, base, context_weight=0.0):
+def naive_witten_bell(docs, context, V, order, base, context_weight=0.0, keep=None):
     """Reference: explicit n-gram counts per document, the recursion written out; with
-    ``context_weight > 0`` the context's own n-grams count too, each ``context_weight`` times."""
+    ``context_weight > 0`` the context's own n-grams count too, each ``context_weight`` times;
+    with ``keep``, only each context's ``keep`` most frequent continuations (lowest id first
+    on ties) are counted."""
     weighted = [(d, 1.0) for d in docs] + ([(context, context_weight)] if context_weight else [])
     p = list(base)
     for n in range(1, min(order, len(context)) + 1):
@@ -36,6 +38,8 @@ def naive_witten_bell(docs, context, V, order, base, context_weight=0.0):
                     follow[d[i + n]] += weight
         if not follow:
             break
+        if keep is not None:
+            follow = Counter(dict(sorted(follow.items(), key=lambda kv: (-kv[1], kv[0]))[:keep]))
         C, T = sum(follow.values()), len(follow)
         p = [(follow[x] + T * p[x]) / (C + T) for x in range(V)]
     return p
@@ -65,6 +69,18 @@ def test_ngram_matches_naive_witten_bell(corpus):
         got = d.log_probs(ctx).exp().double().numpy()
         want = naive_witten_bell(corpus, ctx, V, order, base)
         np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-7)
+
+
+@pytest.mark.parametrize("keep", [1, 3])
+def test_ngram_keeping_the_top_continuations_matches_naive_witten_bell(corpus, keep):
+    V, order, alpha = 16, 3, 0.5
+    d = NGramDrafter.from_corpus(corpus, V, order=order, alpha=alpha, max_continuations=keep)
+    assert max(np.diff(o).max() for _k, o, _t, _c in d.tables) == keep  # some context pruned
+    base = unigram_base(corpus, V, alpha)
+    for ctx in ([3], [7], [3, 4], [15, 11], corpus[0][:9]):
+        got = d.log_probs(ctx).exp().double().numpy()
+        np.testing.assert_allclose(got, naive_witten_bell(corpus, ctx, V, order, base, keep=keep),
+                                   rtol=1e-5, atol=1e-7)
 
 
 def test_ngram_distribution_is_proper_with_full_support(corpus):
@@ -168,6 +184,8 @@ def test_bad_input_raises(corpus):
         NGramDrafter.from_corpus([[1, 2, 16]], 16)
     with pytest.raises(ValueError, match="order"):
         NGramDrafter.from_corpus([[1, 2]], 16, order=0)
+    with pytest.raises(ValueError, match="max_continuations must be >= 1"):
+        NGramDrafter.from_corpus([[1, 2]], 16, max_continuations=0)
 
 
 @pytest.mark.parametrize("k", [0, -1, 2.5, True])
