@@ -2,13 +2,16 @@
 
 ``T(n)`` for ``n = 1 .. 16`` new tokens appended to a cached context (the verification pass of
 a round that drafted ``n - 1`` tokens; ``n = 1`` is a plain decoding step), for a few exact
-execution settings (thread count, attention implementation). Every setting computes the same
-float32 function; the script checks that the logits agree with the first setting's.
+execution settings (thread count, attention implementation, the linear layers' layout: ``hf``
+as the model comes, ``rows-first`` as :class:`~spec_adapters.hf.target.TargetModel` runs it on
+CPU, :mod:`spec_adapters.hf.rows_first`). Every setting computes the same float32 function;
+the script prints how far the logits are from the first setting's.
 
     python benchmarks/verify_cost.py [--target PATH] [--threads 1,2] [--attn sdpa,eager]
-                                     [--context 128] [--repeats 15] [--json results/verify.json]
+                                     [--layout hf,rows-first] [--context 128] [--repeats 15]
+                                     [--json results/verify.json]
 
-Prints a table of median milliseconds and ``T(n) / T(1)``; docs/decoding.md quotes it.
+Prints median milliseconds per setting; docs/benchmark.md quotes them.
 """
 
 from __future__ import annotations
@@ -22,22 +25,24 @@ from pathlib import Path
 import torch
 
 from spec_adapters.hf.models import load_target
+from spec_adapters.hf.rows_first import rows_first_twin
 from spec_adapters.hf.target import crop_cache, forward_cached, new_cache
 
 
 def measure(model, context: torch.LongTensor, sizes: list[int], repeats: int
-            ) -> tuple[dict[int, float], torch.Tensor]:
-    """Median seconds of one cached forward over ``n`` new tokens, for each ``n`` in sizes."""
+            ) -> tuple[dict[int, float], dict[int, torch.Tensor]]:
+    """Median seconds of one cached forward over ``n`` new tokens, and its logits, for each
+    ``n`` in sizes."""
     cache = new_cache(model)
     forward_cached(model, context[:-16], cache)
     base = int(cache.get_seq_length())
-    out, logits = {}, None
+    out, logits = {}, {}
     for n in sizes:
         ids = context[-16:][:n]
         times = []
         for _ in range(repeats):
             t = time.perf_counter()
-            logits = forward_cached(model, ids, cache)
+            logits[n] = forward_cached(model, ids, cache)
             times.append(time.perf_counter() - t)
             crop_cache(cache, base)
         out[n] = statistics.median(times[2:] if repeats > 4 else times)
@@ -50,6 +55,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--target", default=None, help="model folder or .gguf (default SmolLM2-135M)")
     p.add_argument("--threads", default="1,2", help="comma-separated torch thread counts")
     p.add_argument("--attn", default="sdpa,eager", help="comma-separated attention impls")
+    p.add_argument("--layout", default="hf,rows-first",
+                   help="comma-separated linear layouts: hf, rows-first")
     p.add_argument("--context", type=int, default=128, help="cached context length (>= 32)")
     p.add_argument("--repeats", type=int, default=15)
     p.add_argument("--max-n", type=int, default=16)
@@ -57,6 +64,9 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     if args.context < 32 or args.repeats < 1 or not 1 <= args.max_n <= 16:
         p.error("--context >= 32, --repeats >= 1, 1 <= --max-n <= 16")
+    layouts = args.layout.split(",")
+    if not set(layouts) <= {"hf", "rows-first"}:
+        p.error(f"--layout takes hf and/or rows-first, got {args.layout!r}")
     model, tok = load_target(args.target)
     gen = torch.Generator().manual_seed(0)
     context = torch.randint(0, tok.vocab_size, (args.context,), generator=gen)
@@ -64,17 +74,20 @@ def main(argv: list[str] | None = None) -> int:
     rows, reference = [], None
     for attn in args.attn.split(","):
         model.set_attn_implementation(attn)
-        for threads in (int(t) for t in args.threads.split(",")):
-            torch.set_num_threads(threads)
-            times, logits = measure(model, context, sizes, args.repeats)
-            if reference is None:
-                reference = logits
-            err = float((logits - reference).abs().max())
-            rows.append({"attn": attn, "threads": threads, "max_abs_logit_diff": err,
-                         "ms": {n: 1000 * s for n, s in times.items()}})
-            ratio = " ".join(f"{times[n] / times[1]:.2f}" for n in sizes)
-            print(f"{attn:6} threads={threads}  T(1)={1000 * times[1]:.1f} ms  "
-                  f"T(n)/T(1), n=1..{sizes[-1]}: {ratio}  (logit diff {err:.1e})", flush=True)
+        nets = {"hf": model, "rows-first": rows_first_twin(model)}
+        for layout in layouts:
+            for threads in (int(t) for t in args.threads.split(",")):
+                torch.set_num_threads(threads)
+                times, logits = measure(nets[layout], context, sizes, args.repeats)
+                if reference is None:
+                    reference = logits
+                err = max(float((logits[n] - reference[n]).abs().max()) for n in sizes)
+                rows.append({"attn": attn, "layout": layout, "threads": threads,
+                             "max_abs_logit_diff": err,
+                             "ms": {n: 1000 * s for n, s in times.items()}})
+                ms = " ".join(f"{1000 * times[n]:.1f}" for n in sizes)
+                print(f"{attn:6} {layout:10} threads={threads}  T(n) ms, n=1..{sizes[-1]}: {ms}"
+                      f"  (logit diff {err:.1e})", flush=True)
     if args.json:
         Path(args.json).parent.mkdir(parents=True, exist_ok=True)
         Path(args.json).write_text(json.dumps({"context": args.context, "rows": rows}, indent=1))

@@ -8,7 +8,10 @@ Sections (each a list of *runs*; one run = one method on one prompt, one JSONL r
               prompts: ``target`` (the target alone, ``model.generate``),
               ``hf-prompt-lookup`` (transformers' ``generate(prompt_lookup_num_tokens=K)``,
               lossless when sampling too: a draft token is kept when it equals the target's
-              sample), ``fixed:<drafter>`` for every pool drafter (``fixed=True``; Table 1; the
+              sample), ``target-rows-first`` (the target alone through
+              :class:`~spec_adapters.hf.target.TargetModel`, the rows-first linear layers
+              HedgeSpec verifies with: how much of a speed-up is that layout and not the
+              drafts), ``fixed:<drafter>`` for every pool drafter (``fixed=True``; Table 1; the
               generalist, the specialists and the hindsight oracle are read off these), and
               the policies of :data:`POLICIES`: HedgeSpec ``normalhedge`` (the paper's
               acceptance-only loss, ``K`` drafts per round; also ``hedge`` / ``adahedge``),
@@ -139,6 +142,33 @@ def run_target(model, ids, max_new_tokens: int, temperature: float, seed: int,
             "seconds": seconds, "tokens": out[0, ids.shape[1]:].tolist()}
 
 
+def run_target_rows_first(model, ids, max_new_tokens: int, temperature: float, seed: int
+                          ) -> dict:
+    """The target alone, one token per step through :class:`TargetModel` (the rows-first
+    twin on CPU), greedy or sampled at ``temperature``; stops after EOS as ``generate``."""
+    import torch
+
+    from spec_adapters.core.sampling import SamplingConfig
+    from spec_adapters.hf.target import TargetModel
+
+    target, sampling = TargetModel(model), SamplingConfig(temperature)
+    eos = model.generation_config.eos_token_id
+    eos = set(eos if isinstance(eos, list) else [] if eos is None else [eos])
+    gen = torch.Generator().manual_seed(seed)
+    seq = ids[0].tolist()
+    t = time.perf_counter()
+    target.prefill(ids[0])
+    new: list[int] = []
+    none = torch.zeros(0, dtype=torch.long)
+    while len(new) < max_new_tokens and not (new and new[-1] in eos):
+        p = sampling.probs(target.verify(torch.tensor([seq[-1]]), none))[0]
+        nxt = int(p.argmax()) if sampling.greedy else int(torch.multinomial(p, 1, generator=gen))
+        seq.append(nxt)
+        new.append(nxt)
+    return {"new_tokens": len(new), "target_calls": len(new),
+            "seconds": time.perf_counter() - t, "tokens": new}
+
+
 # ------------------------------------------------------------------------------------------
 # the record store (resumable)
 # ------------------------------------------------------------------------------------------
@@ -211,13 +241,15 @@ def _plan(cfg: BenchConfig, pool, stream: list[Query]) -> list[tuple]:
     fixed = [f"fixed:{n}" for n in [*pool.names, *(b.name for b in pool.baselines)]] \
         if cfg.fixed else []
     lookup = ["hf-prompt-lookup"] if cfg.hf_lookup else []
+    rows_first = ["target-rows-first"] if cfg.rows_first_target else []
     plan = []
     sampled = _subset(stream, cfg.sampled_queries_per_domain)
     for temp, queries, pols in ((0.0, stream, cfg.policies),
                                 (cfg.temperature, sampled, cfg.sampled_policies)):
         own = fixed if temp == 0.0 or cfg.sampled_fixed else []
         for q in queries:
-            plan += [("main", q, temp, m, 0) for m in ["target", *lookup, *own, *pols]]
+            plan += [("main", q, temp, m, 0)
+                     for m in ["target", *lookup, *rows_first, *own, *pols]]
     for q in _subset(stream, cfg.variant_queries_per_domain):
         v = Query(q.qid + "~twice", q.domain, VARIANTS["twice"].format(p=q.prompt), "variant")
         plan += [("variant", v, 0.0, m, 0) for m in ["router", "normalhedge"]]
@@ -299,6 +331,8 @@ def run_bench(model, tokenizer, pool, domains: dict, cfg: BenchConfig, out_dir,
         elif method == "hf-prompt-lookup":
             rec |= run_target(model, ids, cfg.max_new_tokens, temp, seed,
                               prompt_lookup=cfg.draft_length)
+        elif method == "target-rows-first":
+            rec |= run_target_rows_first(model, ids, cfg.max_new_tokens, temp, seed)
         elif method == "router":
             name = pool.router.predict([q.prompt])[0] if pool.router is not None else None
             i = pool.specialist(name) if name else pool.generalist

@@ -39,6 +39,9 @@ class BenchConfig:
         Learners of the sampled stream and of the pool-size sweep.
     hf_lookup : bool
         Also transformers' prompt lookup decoding (``K`` tokens), greedy and sampled.
+    rows_first_target : bool
+        Also the target alone through the rows-first linear layers HedgeSpec verifies with
+        (``target-rows-first``), greedy and sampled.
     fixed : bool
         Also every pool drafter and baseline fixed, each alone in its decoder (Table 1, and
         the generalist / specialist / router / oracle rows and the regret curves, which are
@@ -69,6 +72,7 @@ class BenchConfig:
     policies: tuple[str, ...] = POLICIES
     sampled_policies: tuple[str, ...] = ("normalhedge", "exp3spec", "ucbspec")
     hf_lookup: bool = True
+    rows_first_target: bool = False
     fixed: bool = True
     sampled_fixed: bool = True
     replay_fixed: bool = False
@@ -127,6 +131,17 @@ PRESETS: dict[str, BenchConfig] = {
                                        variant_queries_per_domain=0,
                                        router_accuracy_prompts=0, pool_sizes=(),
                                        overhead=False),
+    # "The round without waste" (docs/benchmark.md "Speed"): 5 prompts per domain, 256 tokens,
+    # greedy and 0.7; the target (transformers, and ours through the rows-first layers), HF
+    # prompt lookup, HedgeSpec cost-aware and MAT-only, the bandits (greedy), every fixed
+    # drafter's MAT by replay
+    "round": BenchConfig(queries_per_domain=5, sampled_queries_per_domain=5, max_new_tokens=256,
+                         policies=("normalhedge-cost", "normalhedge", "exp3spec", "ucbspec",
+                                   "metasd-ucb"),
+                         sampled_policies=("normalhedge-cost", "normalhedge"),
+                         rows_first_target=True, replay_fixed=True, sampled_fixed=False,
+                         variant_queries_per_domain=0, router_accuracy_prompts=0,
+                         pool_sizes=(), overhead=False),
     # every method and section: 5 prompts per domain, greedy and 0.7 on the same prompts, 256
     # new tokens (or EOS)
     "full": BenchConfig(queries_per_domain=5, sampled_queries_per_domain=5,

@@ -17,11 +17,12 @@ LABELS = {"target": "target alone", "generalist": "generalist (n-gram, mix)",
           "hedge": "HedgeSpec (Hedge)", "adahedge": "HedgeSpec (AdaHedge)",
           "normalhedge-carry": "HedgeSpec (NormalHedge, carried across the stream)",
           "oracle": "hindsight oracle", "hf-prompt-lookup": "HF prompt lookup",
+          "target-rows-first": "target alone, rows-first linears (ours)",
           "fixed:ngram-union": "union n-gram (all domains)", "fixed:suffix": "suffix drafter",
           "fixed:prompt-lookup": "prompt lookup (ours)",
           "fixed:suffix-no-memory": "suffix drafter without the stream memory"}
-MAIN_ORDER = ("target", "hf-prompt-lookup", "fixed:prompt-lookup", "fixed:suffix",
-              "fixed:suffix-no-memory",
+MAIN_ORDER = ("target", "target-rows-first", "hf-prompt-lookup", "fixed:prompt-lookup",
+              "fixed:suffix", "fixed:suffix-no-memory",
               "fixed:ngram-union", "generalist", "specialist", "router", "exp3spec", "ucbspec",
               "metasd-ucb", "normalhedge", "normalhedge-carry", "hedge", "adahedge",
               "normalhedge-cost", "oracle")
@@ -76,6 +77,10 @@ def markdown_tables(summary: dict, methods: Sequence[str] = MAIN_ORDER) -> str:
                          + " | ".join(_f(v.get(d, {}).get("mat")) for d in domains) + " |")
         lines.append("")
     lines += speed_tables(summary, methods)
+    if summary.get("greedy_identical"):
+        same = summary["greedy_identical"]
+        lines += ["Greedy output identical to `model.generate` (queries): "
+                  + ", ".join(f"{LABELS.get(m, m)} {a}/{n}" for m, (a, n) in same.items()), ""]
     if summary.get("ratios"):
         keys = list(dict.fromkeys(k for r in summary["ratios"].values() for k in r))
         lines += ["### HedgeSpec (NormalHedge) ratios on the mixed stream", "",

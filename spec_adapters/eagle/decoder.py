@@ -104,7 +104,7 @@ class TreeScheme:
         """One target pass over the tree, tree acceptance, cache compaction; the verdict keeps
         the target features along the accepted path for :meth:`evaluate`."""
         n = self.target.cached_length
-        logits, feats = verify_tree(self.target.model, self.target.cache, tree,
+        logits, feats = verify_tree(self.target.net, self.target.cache, tree,
                                     self.pool.feature_layers)
         self.target.calls += 1
         p = q.sampling.probs(logits)

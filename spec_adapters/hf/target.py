@@ -15,6 +15,8 @@ import inspect
 
 import torch
 
+from spec_adapters.hf.rows_first import rows_first_twin
+
 __all__ = ["TargetModel", "context_length", "crop_cache", "forward_cached", "new_cache",
            "output_vocab_size"]
 
@@ -88,22 +90,31 @@ class TargetModel:
     feature_layers : sequence of int, optional
         Indices into ``output_hidden_states`` whose concatenation :meth:`prefill` returns for
         the cached prompt positions (the features EAGLE heads read); ``None``: no capture.
+    rows_first : bool, optional
+        Run the forward passes through :func:`~spec_adapters.hf.rows_first.rows_first_twin`
+        (linear layers as ``(W X^T)^T`` for a step's few rows: 1.5-2.5x faster per step on
+        CPU, values equal up to float32 rounding). Default: on a CPU model.
 
     Attributes
     ----------
+    net : torch.nn.Module
+        What the forward passes run: ``model`` itself or its rows-first twin (same weights).
     vocab_size : int
         Size of the logits' last dimension, the vocabulary ``V`` every drafter must share.
     max_length : int or None
         The model's context length (``max_position_embeddings``).
     """
 
-    def __init__(self, model, feature_layers=None) -> None:
+    def __init__(self, model, feature_layers=None, rows_first: bool | None = None) -> None:
         self.model = model.eval()
         self.feature_layers = None if feature_layers is None else \
             tuple(int(i) for i in feature_layers)
         self.vocab_size = output_vocab_size(model)
         self.max_length = context_length(model)
         self.device = next(model.parameters()).device
+        if rows_first is None:
+            rows_first = self.device.type == "cpu"
+        self.net = rows_first_twin(self.model) if rows_first else self.model
         self._kwarg = _cache_kwarg(model)
         self.cache = None
         self.calls = 0
@@ -130,10 +141,10 @@ class TargetModel:
             return None
         ids = prompt_ids[:-1].to(self.device)
         if self.feature_layers is None:
-            forward_cached(self.model, ids, self.cache, self._kwarg)
+            forward_cached(self.net, ids, self.cache, self._kwarg)
             return None
         with torch.no_grad():
-            out = self.model(input_ids=ids.view(1, -1), use_cache=True, output_hidden_states=True,
+            out = self.net(input_ids=ids.view(1, -1), use_cache=True, output_hidden_states=True,
                              **{self._kwarg: self.cache})
         return torch.cat([out.hidden_states[i][0] for i in self.feature_layers], -1)
 
@@ -144,7 +155,7 @@ class TargetModel:
         """
         ids = torch.cat([last_token.view(1), drafts.view(-1)]).to(self.device)
         self.calls += 1
-        return forward_cached(self.model, ids, self.cache, self._kwarg)
+        return forward_cached(self.net, ids, self.cache, self._kwarg)
 
     def crop(self, length: int) -> None:
         """Keep the first ``length`` cached positions (drop rejected drafts)."""
