@@ -53,7 +53,8 @@ MAX_SEED = 2**63 - 1  # torch.Generator.manual_seed and numpy.random.default_rng
 
 DTYPES = ("float32", "float16", "bfloat16")
 # spec_adapters.app.bench.PRESETS
-BENCH_PRESETS = ("demo", "small", "speed", "specialists", "specialists-sampled", "full")
+BENCH_PRESETS = ("demo", "small", "speed", "round", "specialists", "specialists-sampled",
+                 "full")
 VLLM_BENCH_PRESETS = ("quick", "targets", "full", "demo")  # spec_adapters.app.bench_vllm.PRESETS
 
 
@@ -251,7 +252,8 @@ def build_parser() -> argparse.ArgumentParser:
     _pool_args(s)
     s.add_argument("--preset", choices=BENCH_PRESETS, default="small",
                    help="sizes (default small: ~1 hour on a busy 2-core machine; speed: the "
-                        "speed comparison of every method, greedy, ~10 min on 2 cores; full: "
+                        "speed comparison of every method, greedy, ~10 min on 2 cores; round: "
+                        "every method at 256 tokens, greedy and 0.7, ~1 hour; full: "
                         "every section, greedy and 0.7, hours)")
     s.add_argument("--fixed", action=argparse.BooleanOptionalAction, default=None,
                    help="also run every pool drafter fixed (Table 1, generalist, specialist, "
