@@ -6,8 +6,8 @@ is slow and its cost is not monotone in the rows: a full SmolLM2-135M forward wi
 (``benchmarks/verify_cost.py``; docs/benchmark.md, "Verification cost"). The same products
 written as one GEMM with the weight on the left, ``torch.mm(W, X^T)^T``, read each weight once
 for all rows: the forward then takes ~27 ms for 1 token (the row duplicated: a 2-column GEMM
-beats the matrix-vector kernel), ~28 ms for 2 and ~38 ms for 5. A decoding step is bound by reading the weights, so this is the layout it
-wants.
+beats the matrix-vector kernel), ~28 ms for 2 and ~38 ms for 5. A decoding step is bound by
+reading the weights, so this is the layout it wants.
 
 The values are the same products summed in another order: they differ from ``F.linear`` by
 float32 rounding (~3e-5 in the logits of the default target), exactly as a verification pass

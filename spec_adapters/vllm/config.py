@@ -17,6 +17,8 @@ Keys (all optional)::
      "policy": "normalhedge",              # hedge | adahedge | exp3spec | ucbspec | fixed:<i>
      "k": 4,                               # K, at most vLLM's num_speculative_tokens
      "cost_aware": true,                   # experts (drafter, k), k = 0 no draft; else k = K
+     "feedback_budget": 0.05,              # the counterfactual drafts' share of a step:
+                                           # above it, a random share of rounds is evaluated
      "idle_steps": 64,                     # a request absent this many steps is forgotten
      "seed": 0,
      "trace": "<file.jsonl>"}              # one line per request per step (tests, benchmark)
@@ -53,6 +55,7 @@ class ProposerConfig:
     policy: str = "normalhedge"
     k: int | None = None
     cost_aware: bool = True
+    feedback_budget: float = 0.05
     idle_steps: int = 64
     seed: int = 0
     trace: str | None = None
@@ -75,6 +78,9 @@ class ProposerConfig:
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, int) or v < (1 if name != "seed" else 0):
                 bad(f"{name} must be an integer >= {1 if name != 'seed' else 0}, got {v!r}")
+        fb = self.feedback_budget
+        if isinstance(fb, bool) or not isinstance(fb, int | float) or not 0 < fb <= 1:
+            bad(f"feedback_budget must be a number in (0, 1], got {fb!r}")
         for name in ("cost_aware", "suffix"):
             if not isinstance(getattr(self, name), bool):
                 bad(f"{name} must be true or false, got {getattr(self, name)!r}")

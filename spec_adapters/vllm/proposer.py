@@ -15,8 +15,16 @@ ids, so each row is matched to the request state whose history it extends
 One step for one request (the paper's loop, with point-mass drafters)::
 
     feed the rounds whose K verified tokens are now known  ->  learner update (delayed)
-    every drafter drafts K tokens from the row's buffer    ->  the round's counterfactuals
     the request's learner picks an expert (drafter, k)     ->  the row's draft, k tokens
+    every drafter drafts K tokens from the row's buffer    ->  the round's counterfactuals
+
+Feedback budget. Drafting with every drafter costs the engine's main process ~1 ms per row
+here, which at 16 concurrent requests is a tenth of a step. The proposer measures both (the
+counterfactual drafting per row, the step) and evaluates a round with probability
+``min(1, feedback_budget * step / (rows * drafting))``, by a coin drawn before the outcome;
+the others are censored (the learner is fed on an unbiased sample of the rounds, each with
+full information). A bandit policy (EXP3Spec, UCBSpec) needs only its own draft, so only the
+played drafter drafts.
 
 Feedback: a deterministic draft's prefix that matches the verified continuation is its exact
 acceptance length under greedy decoding and an unbiased estimate of its expected acceptance
@@ -158,6 +166,9 @@ class HedgeSpecProposer:
         make_policy(self._policy_spec, self.n_experts)  # fail now, not at the first request
         self.step_time = StepTimeModel()
         self.tau: float | None = None  # the batch's seconds per generated token (EMA)
+        self.step_s: float | None = None  # seconds per engine step (EMA)
+        self.drafting_s: float | None = None  # every drafter drafting for one row (EMA)
+        self.rounds = {"played": 0, "evaluated": 0}
         self.states: dict[int, RequestState] = {}
         self._next_uid = 0
         self._last_call: float | None = None
@@ -217,8 +228,10 @@ class HedgeSpecProposer:
         if seconds is not None and scheduled > 0:
             self.step_time.observe(scheduled, seconds)
             per_token = seconds / sum(len(sampled) for _st, _buf, sampled in live)
-            self.tau = per_token if self.tau is None else 0.8 * self.tau + 0.2 * per_token
+            self.tau = _ema(self.tau, per_token)
+            self.step_s = _ema(self.step_s, seconds)
         costs = self.step_time.expert_costs(max(len(live), 1), self.K)
+        evaluate = self.evaluation_probability(len(live))
         out = []
         for row in rows:
             if row is None:
@@ -226,9 +239,16 @@ class HedgeSpecProposer:
                 continue
             st, buf, _sampled = row
             self._feed(st, buf)
-            out.append(self._draft(st, buf, costs))
+            out.append(self._draft(st, buf, costs, evaluate))
         self._forget_idle(claimed)
         return out
+
+    def evaluation_probability(self, n_rows: int) -> float:
+        """The chance that a round is evaluated with every drafter's draft (module docstring):
+        ``min(1, feedback_budget * step / (n_rows * drafting))``, 1 until both are measured."""
+        if self.step_s is None or not self.drafting_s or n_rows < 1:
+            return 1.0
+        return min(1.0, self.config.feedback_budget * self.step_s / (n_rows * self.drafting_s))
 
     def _step_seconds(self) -> float | None:
         now = time.perf_counter()
@@ -278,16 +298,28 @@ class HedgeSpecProposer:
         return expert_losses(gamma, costs=np.broadcast_to(costs, (len(gamma), self.K + 1)),
                              loss="time", tau=tau)
 
-    def _draft(self, st: RequestState, buf: np.ndarray, costs: np.ndarray) -> list[int]:
-        """Every drafter's draft (the round's counterfactuals); return the played expert's."""
+    def _draft(self, st: RequestState, buf: np.ndarray, costs: np.ndarray, evaluate: float
+               ) -> list[int]:
+        """The played expert's draft; with probability ``evaluate`` (full-information
+        policies) every drafter's draft too, kept as the round's counterfactuals, else the
+        round is censored. A bandit policy's round keeps its own draft only."""
         K, n = self.K, len(buf)
-        drafts = np.full((len(self.drafters), K), -1, np.int64)
-        for i, d in enumerate(self.drafters):
-            toks = d.draft(buf, K)
-            drafts[i, :len(toks)] = toks
         round_id, arm = st.policy.play(st.rng)
         i, k = expert_of(arm, K) if self.config.cost_aware else (arm, K)
-        st.pending.append(Round(round_id, n, drafts, arm, costs))
+        full = st.policy.full_information and st.rng.random() < evaluate
+        drafts = np.full((len(self.drafters), K), -1, np.int64)
+        start = time.perf_counter()
+        for j in range(len(self.drafters)) if full else (i,):
+            toks = self.drafters[j].draft(buf, K)
+            drafts[j, :len(toks)] = toks
+        self.rounds["played"] += 1
+        if full:
+            self.drafting_s = _ema(self.drafting_s, time.perf_counter() - start)
+            self.rounds["evaluated"] += 1
+        if full or not st.policy.full_information:
+            st.pending.append(Round(round_id, n, drafts, arm, costs))
+        else:
+            st.policy.censor(round_id)
         k = max(0, min(k, self.max_model_len - n - 1))
         chosen = drafts[i, :k]
         st.draft = [int(t) for t in chosen[chosen >= 0]]
@@ -308,3 +340,8 @@ class HedgeSpecProposer:
             "weights": dict(zip(self.names, np.round(by_drafter, 4).tolist(), strict=True)),
         }) + "\n")
         self._trace.flush()
+
+
+def _ema(old: float | None, new: float, keep: float = 0.8) -> float:
+    """Exponential moving average (``new`` alone at the start)."""
+    return new if old is None else keep * old + (1.0 - keep) * new

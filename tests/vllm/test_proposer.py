@@ -494,3 +494,77 @@ def test_speculation_switches_off_where_drafted_tokens_cost_the_batch(batch, spe
     assert (ratio[1:].min() < ratio[0]) == speculates
     losses = expert_losses(gamma, costs=costs[None, :], loss="time", tau=costs[0])
     assert (int(np.argmin(losses)) > 0) == speculates
+
+
+# ------------------------------------------------------------------------------ feedback budget
+class _Counting:
+    """A drafter proxy counting its draft calls."""
+
+    def __init__(self, drafter) -> None:
+        self.inner, self.name, self.calls = drafter, drafter.name, 0
+
+    def draft(self, history, k):
+        self.calls += 1
+        return self.inner.draft(history, k)
+
+
+def _counted(prop: HedgeSpecProposer) -> list[_Counting]:
+    prop.drafters = [_Counting(d) for d in prop.drafters]
+    return prop.drafters
+
+
+def _run(prop: HedgeSpecProposer, n_requests: int = 4, max_tokens: int = 80) -> FakeEngine:
+    eng = FakeEngine(prop)
+    rng = np.random.default_rng(3)
+    for j in range(n_requests):
+        eng.add(f"r{j}", rng.integers(0, V, size=8).tolist(), _table(j), max_tokens)
+    while any(r["sampled"] for r in eng.reqs.values()):
+        eng.step()
+    for name, r in eng.reqs.items():
+        assert eng.output(name) == _generate(r["table"], r["tokens"][:8], max_tokens)
+    return eng
+
+
+def test_evaluation_probability_keeps_counterfactual_drafting_within_its_budget(tmp_path):
+    prop = _proposer(tmp_path, feedback_budget=0.05)
+    assert prop.evaluation_probability(16) == 1.0  # nothing measured yet
+    prop.step_s, prop.drafting_s = 0.1, 0.01
+    assert prop.evaluation_probability(16) == pytest.approx(0.05 * 0.1 / (16 * 0.01))
+    assert prop.evaluation_probability(1) == pytest.approx(0.5)
+    prop.drafting_s = 1e-5
+    assert prop.evaluation_probability(16) == 1.0
+
+
+def test_rounds_left_unevaluated_are_censored_and_outputs_stay_greedy(tmp_path, monkeypatch):
+    prop = _proposer(tmp_path)
+    counters = _counted(prop)
+    monkeypatch.setattr(prop, "evaluation_probability", lambda n_rows: 0.25)
+    _run(prop)
+    played, full = prop.rounds["played"], prop.rounds["evaluated"]
+    assert 0.12 < full / played < 0.4, (full, played)  # ~25% of the rounds evaluated
+    # every drafter drafts in an evaluated round, only the played one in the others
+    assert sum(c.calls for c in counters) == full * len(counters) + (played - full)
+    for st in prop.states.values():  # the finished requests' states, not yet freed
+        assert len(st.policy.outstanding) <= prop.K  # every other round fed or censored
+
+
+def test_a_bandit_policy_drafts_with_the_played_drafter_only(tmp_path):
+    prop = _proposer(tmp_path, policy="exp3spec")
+    counters = _counted(prop)
+    _run(prop)
+    assert prop.rounds["evaluated"] == 0
+    assert sum(c.calls for c in counters) == prop.rounds["played"]  # one draft per round
+
+
+@pytest.mark.parametrize("budget", [0, 1.5, True, "x"])
+def test_bad_feedback_budget_names_the_problem(tmp_path, budget):
+    with pytest.raises(ValueError, match="feedback_budget must be a number in"):
+        _proposer(tmp_path, feedback_budget=budget)
+
+
+def test_a_learner_whose_rounds_are_never_evaluated_is_never_fed(tmp_path, monkeypatch):
+    prop = _proposer(tmp_path, trace=str(tmp_path / "trace.jsonl"))
+    monkeypatch.setattr(prop, "evaluation_probability", lambda n_rows: 0.0)
+    _run(prop, n_requests=2)
+    weights = [json.loads(line)["weights"] for line in (tmp_path / "trace.jsonl").open()]
+    assert all(len(set(w.values())) == 1 for w in weights)  # uniform throughout: censored
