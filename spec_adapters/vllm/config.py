@@ -19,6 +19,9 @@ Keys (all optional)::
      "cost_aware": true,                   # experts (drafter, k), k = 0 no draft; else k = K
      "feedback_budget": 0.05,              # the counterfactual drafts' share of a step:
                                            # above it, a random share of rounds is evaluated
+     "prior_rounds": 32,                   # NormalHedge: a new request starts from the
+                                           # stream's learner, weighing as many rounds
+                                           # (0: from uniform, the paper)
      "idle_steps": 64,                     # a request absent this many steps is forgotten
      "seed": 0,
      "trace": "<file.jsonl>"}              # one line per request per step (tests, benchmark)
@@ -56,6 +59,7 @@ class ProposerConfig:
     k: int | None = None
     cost_aware: bool = True
     feedback_budget: float = 0.05
+    prior_rounds: int = 32
     idle_steps: int = 64
     seed: int = 0
     trace: str | None = None
@@ -73,11 +77,11 @@ class ProposerConfig:
                 isinstance(n, int) and not isinstance(n, bool) and n >= 1
                 for n in self.prompt_lookup):
             bad(f"prompt_lookup must be a list of integers >= 1, got {self.prompt_lookup!r}")
-        for name in ("idle_steps", "seed", "suffix_max_tokens") + (
+        for name in ("idle_steps", "seed", "suffix_max_tokens", "prior_rounds") + (
                 ("k",) if self.k is not None else ()):
-            v = getattr(self, name)
-            if isinstance(v, bool) or not isinstance(v, int) or v < (1 if name != "seed" else 0):
-                bad(f"{name} must be an integer >= {1 if name != 'seed' else 0}, got {v!r}")
+            v, least = getattr(self, name), 0 if name in ("seed", "prior_rounds") else 1
+            if isinstance(v, bool) or not isinstance(v, int) or v < least:
+                bad(f"{name} must be an integer >= {least}, got {v!r}")
         fb = self.feedback_budget
         if isinstance(fb, bool) or not isinstance(fb, int | float) or not 0 < fb <= 1:
             bad(f"feedback_budget must be a number in (0, 1], got {fb!r}")

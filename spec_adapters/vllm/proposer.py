@@ -18,6 +18,15 @@ One step for one request (the paper's loop, with point-mass drafters)::
     the request's learner picks an expert (drafter, k)     ->  the row's draft, k tokens
     every drafter drafts K tokens from the row's buffer    ->  the round's counterfactuals
 
+Prior from the stream (``prior_rounds``, NormalHedge). A request's learner starting uniform
+over ``N (K + 1)`` experts spends its first rounds exploring, which at high concurrency is
+most of a short request. The proposer also feeds every evaluated round's losses to one
+stream-wide NormalHedge, and a new request starts from its regrets shrunk to the evidence of
+``prior_rounds`` rounds: ``R_0 = R_stream * m / t_stream``, ``t_0 = m``. NormalHedge's weights
+are invariant to scaling the regrets (the scale ``c`` scales with ``R^2``), so the request
+starts with the stream's weights, and its own rounds outweigh the prior after about ``m`` of
+them; the request's regret bound gains at most ``m`` (``|R_0| <= m``).
+
 Feedback budget. Drafting with every drafter costs the engine's main process ~1 ms per row
 here, which at 16 concurrent requests is a tenth of a step. The proposer measures both (the
 counterfactual drafting per row, the step) and evaluates a round with probability
@@ -53,6 +62,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from onlinelearn.normalhedge import NormalHedge
 from spec_adapters.core.draft_cost import expert_losses, expert_of, n_experts
 from spec_adapters.core.policies import make_policy
 from spec_adapters.vllm.config import ENV_VAR, ProposerConfig, load_config
@@ -169,6 +179,8 @@ class HedgeSpecProposer:
         self.step_s: float | None = None  # seconds per engine step (EMA)
         self.drafting_s: float | None = None  # every drafter drafting for one row (EMA)
         self.rounds = {"played": 0, "evaluated": 0}
+        self.stream = NormalHedge(self.n_experts) \
+            if config.prior_rounds and self._policy_spec == "normalhedge" else None
         self.states: dict[int, RequestState] = {}
         self._next_uid = 0
         self._last_call: float | None = None
@@ -263,10 +275,20 @@ class HedgeSpecProposer:
             if st.uid not in claimed and st.extends(buf, sampled):
                 return st
         uid, self._next_uid = self._next_uid, self._next_uid + 1
-        st = RequestState(uid, buf[:HEAD].copy(), make_policy(self._policy_spec, self.n_experts),
+        st = RequestState(uid, buf[:HEAD].copy(), make_policy(self._prior(), self.n_experts),
                           np.random.default_rng([self.config.seed, uid]))
         self.states[uid] = st
         return st
+
+    def _prior(self):
+        """A new request's learner: the policy name, or (``prior_rounds``) a NormalHedge
+        holding the stream's regrets shrunk to ``prior_rounds`` rounds (module docstring)."""
+        if self.stream is None or self.stream.t == 0:
+            return self._policy_spec
+        m = min(self.config.prior_rounds, self.stream.t)
+        state = self.stream.state_dict() | {"t": m, "R": (self.stream.R * (m / self.stream.t))
+                                             .tolist()}  # v: invariant to the scaling
+        return NormalHedge(self.n_experts).load_state_dict(state)
 
     def _forget_idle(self, claimed: set[int]) -> None:
         """Free the states of requests absent for ``idle_steps`` steps (finished ones), their
@@ -290,6 +312,8 @@ class HedgeSpecProposer:
             losses = self._losses(gamma, rd.costs, self.tau)
             st.policy.feed(rd.round_id, losses if st.policy.full_information
                            else float(losses[rd.arm]))
+            if self.stream is not None:
+                self.stream.update(losses)
 
     def _losses(self, gamma: np.ndarray, costs: np.ndarray, tau: float | None) -> np.ndarray:
         if not self.config.cost_aware:

@@ -568,3 +568,31 @@ def test_a_learner_whose_rounds_are_never_evaluated_is_never_fed(tmp_path, monke
     _run(prop, n_requests=2)
     weights = [json.loads(line)["weights"] for line in (tmp_path / "trace.jsonl").open()]
     assert all(len(set(w.values())) == 1 for w in weights)  # uniform throughout: censored
+
+
+# ------------------------------------------------------------------------ prior from the stream
+def test_a_new_request_starts_from_the_streams_weights_shrunk_to_prior_rounds(tmp_path):
+    prop = _proposer(tmp_path, prior_rounds=8)
+    _run(prop, n_requests=3)
+    stream = prop.stream
+    assert stream.t > 8 and len(set(np.round(stream.weights, 12))) > 1  # it learned something
+    first = prop._prior()
+    assert first.t == 8
+    np.testing.assert_allclose(first.R, stream.R * 8 / stream.t)
+    np.testing.assert_allclose(first.weights, stream.weights, atol=1e-12)  # scale-invariant
+    before = stream.state_dict()
+    first.update(np.linspace(0, 1, prop.n_experts))  # the copy is the request's own
+    assert stream.state_dict() == before
+
+
+def test_without_a_prior_every_request_starts_uniform(tmp_path):
+    for settings in ({"prior_rounds": 0}, {"policy": "hedge"}):
+        prop = _proposer(tmp_path, **settings)
+        _run(prop, n_requests=2)
+        assert prop.stream is None and isinstance(prop._prior(), str)
+
+
+@pytest.mark.parametrize("value", [-1, 1.5, True])
+def test_bad_prior_rounds_names_the_problem(tmp_path, value):
+    with pytest.raises(ValueError, match="prior_rounds must be an integer >= 0"):
+        _proposer(tmp_path, prior_rounds=value)
