@@ -41,6 +41,16 @@ def int_arg(lo: int, hi: int | None = None) -> Callable[[str], int]:
     return parse
 
 
+def ints_arg(lo: int) -> Callable[[str], tuple[int, ...]]:
+    """An argparse ``type``: comma-separated integers ``>= lo`` (``"1,4,16"``)."""
+    one = int_arg(lo)
+
+    def parse(text: str) -> tuple[int, ...]:
+        return tuple(one(t.strip()) for t in text.split(","))
+
+    return parse
+
+
 def float_arg(lo: float, hi: float | None = None, lo_open: bool = False
               ) -> Callable[[str], float]:
     """An argparse ``type``: a finite number ``>= lo`` (``> lo`` if ``lo_open``), ``<= hi``."""

@@ -57,7 +57,7 @@ from spec_adapters.vllm.config import ProposerConfig
 from spec_adapters.vllm.proposer import HedgeSpecProposer
 
 __all__ = ["PRESETS", "VllmBenchConfig", "aggregate", "drafter_names", "label", "markdown",
-           "method_specs", "plot", "run_bench_vllm"]
+           "method_specs", "plot", "run_bench_vllm", "shared_settings"]
 
 LEARNERS = ("plain", "ngram", "hedgespec", "exp3spec", "ucbspec")
 LABELS = {"plain": "vLLM plain", "ngram": "vLLM ngram", "exp3spec": "EXP3Spec proposer",
@@ -236,8 +236,8 @@ def run_bench_vllm(target: Path, tokenizer, domains: dict, pool: Path, cfg: Vllm
                for q in stream]
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    settings = {"bench_vllm": asdict(cfg), "target": str(Path(target).resolve()),
-                "pool": str(pool), "drafters": names, "methods": methods, "threads": threads,
+    settings = {"bench_vllm": shared_settings(cfg), "target": str(Path(target).resolve()),
+                "pool": str(pool), "drafters": names, "threads": threads,
                 "prompts": [p["qid"] for p in prompts]}
     _check_settings(out, settings)
     records = VllmRecords(out / "records.jsonl")
@@ -267,6 +267,12 @@ def run_bench_vllm(target: Path, tokenizer, domains: dict, pool: Path, cfg: Vllm
     (out / "tables.md").write_text(markdown(summary))
     plot(summary, out / "bench_vllm.png")
     return summary
+
+
+def shared_settings(cfg: VllmBenchConfig) -> dict:
+    """What every phase of one results folder shares: the prompts, sizes, K and seed (its
+    methods and concurrencies may be added to by later runs)."""
+    return {k: v for k, v in asdict(cfg).items() if k not in ("methods", "concurrencies")}
 
 
 def _check_settings(out: Path, settings: dict) -> None:

@@ -32,7 +32,14 @@ import argparse
 import os
 import sys
 
-from spec_adapters.app.args import OneLineParser, file_arg, float_arg, folder_arg, int_arg
+from spec_adapters.app.args import (
+    OneLineParser,
+    file_arg,
+    float_arg,
+    folder_arg,
+    int_arg,
+    ints_arg,
+)
 from spec_adapters.app.cmd_bench import cmd_bench, cmd_demo
 from spec_adapters.app.cmd_build import (
     cmd_distill,
@@ -322,8 +329,14 @@ def build_parser() -> argparse.ArgumentParser:
                         "16 concurrent, every method; hours)")
     s.add_argument("--queries-per-domain", type=int_arg(1), default=None)
     s.add_argument("--max-new-tokens", type=int_arg(1), default=None)
+    s.add_argument("--methods", default=None,
+                   help="comma-separated subset of the preset's methods (plain, ngram, "
+                        "hedgespec, exp3spec, ucbspec, fixed:<drafter>)")
+    s.add_argument("--concurrencies", type=ints_arg(1), default=None,
+                   help="comma-separated concurrencies, e.g. 1,4,16 (default: the preset's)")
     s.add_argument("--out", type=folder_arg, default=None,
-                   help="results folder (default results/bench-vllm-PRESET)")
+                   help="results folder (default results/bench-vllm-PRESET); phases of "
+                        "other methods or concurrencies on the same prompts add to it")
     s.set_defaults(func=cmd_bench_vllm)
     return p
 

@@ -48,9 +48,14 @@ def cmd_bench_vllm(args: argparse.Namespace) -> int:
 
     from spec_adapters.app.bench_vllm import PRESETS, markdown
 
-    sizes = {"queries_per_domain": args.queries_per_domain,
-             "max_new_tokens": args.max_new_tokens}
-    cfg = replace(PRESETS[args.preset], **{k: v for k, v in sizes.items() if v is not None})
+    chosen = {"queries_per_domain": args.queries_per_domain,
+              "max_new_tokens": args.max_new_tokens, "concurrencies": args.concurrencies,
+              "methods": tuple(m.strip() for m in args.methods.split(","))
+              if args.methods else None}
+    try:
+        cfg = replace(PRESETS[args.preset], **{k: v for k, v in chosen.items() if v is not None})
+    except ValueError as err:
+        raise UserError(f"bench-vllm: {err}") from None
     model, tok = target_from_args(args)  # a .gguf (default: the wheel's) is converted once
     target = Path(model.config.name_or_path)
     del model

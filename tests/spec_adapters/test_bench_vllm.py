@@ -254,3 +254,33 @@ def test_cli_without_a_pool_is_one_line_naming_it(tmp_path, capsys):
     assert err[-1].startswith("hedgespec: error: ") and "no drafter pool" in err[-1]
     assert "hedgespec train-drafters" in err[-1]
     assert not (tmp_path / "out" / "records.jsonl").exists()
+
+
+@pytest.mark.parametrize(("argv", "problem"), [
+    (["--methods", "plain,bogus"], "unknown methods ['bogus']"),
+    (["--concurrencies", "4,1"], "concurrencies must be ascending"),
+    (["--concurrencies", "0"], "must be an integer >= 1, got 0"),
+])
+def test_cli_methods_and_concurrencies_are_checked_before_anything_runs(tmp_path, capsys, argv,
+                                                                        problem):
+    from spec_adapters.app.cli import main
+
+    try:
+        rc = main(["bench-vllm", "--out", str(tmp_path / "out"), *argv])
+    except SystemExit as stop:  # argparse: a bad value
+        rc = stop.code
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 2 and problem in err[-1]
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_folder_takes_more_methods_and_concurrencies_on_the_same_prompts():
+    from dataclasses import replace
+
+    from spec_adapters.app.bench_vllm import PRESETS, shared_settings
+
+    full, targets = PRESETS["full"], PRESETS["targets"]
+    assert shared_settings(targets) == shared_settings(full)  # one folder can hold both
+    assert shared_settings(replace(full, concurrencies=(1,), methods=("ucbspec",))) \
+        == shared_settings(full)
+    assert shared_settings(replace(full, queries_per_domain=3)) != shared_settings(full)
