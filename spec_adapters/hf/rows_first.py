@@ -3,7 +3,7 @@
 On this project's CPU (2 cores, torch 2.13, float32), ``F.linear(X, W)`` for ``X`` of 1-8 rows
 is slow and its cost is not monotone in the rows: a full SmolLM2-135M forward with the KV cache
 (2 threads) takes ~41 ms for 1 new token, ~71 ms for 2, ~92 ms for 3 and ~61 ms for 5
-(``benchmarks/verify_cost.py``; docs/benchmark.md, "Verification cost"). The same products
+(``benchmarks/verify_cost.py``; docs/decoding.md, "Verification cost"). The same products
 written as one GEMM with the weight on the left, ``torch.mm(W, X^T)^T``, read each weight once
 for all rows: the forward then takes ~27 ms for 1 token (the row duplicated: a 2-column GEMM
 beats the matrix-vector kernel), ~28 ms for 2 and ~38 ms for 5. A decoding step is bound by
