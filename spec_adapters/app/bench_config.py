@@ -101,7 +101,7 @@ PRESETS: dict[str, BenchConfig] = {
     # make demo: the comparison table on one prompt per domain, minutes on 2 cores
     "demo": BenchConfig(queries_per_domain=1, sampled_queries_per_domain=0, max_new_tokens=40,
                         policies=("normalhedge-cost", "normalhedge", "exp3spec"), hf_lookup=True,
-                        replay_fixed=True,
+                        rows_first_target=True, replay_fixed=True,
                         variant_queries_per_domain=0, router_accuracy_prompts=0,
                         pool_sizes=(), overhead=False),
     # every section, smallest sizes: ~1 hour on a busy 2-core machine

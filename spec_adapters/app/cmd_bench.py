@@ -20,8 +20,9 @@ from spec_adapters.app.log import log as _log
 
 __all__ = ["cmd_bench", "cmd_demo"]
 
-DEMO_METHODS = ("target", "hf-prompt-lookup", "fixed:suffix", "fixed:ngram-union", "generalist",
-                "exp3spec", "normalhedge", "normalhedge-cost", "oracle")
+DEMO_METHODS = ("target", "target-rows-first", "hf-prompt-lookup", "fixed:suffix",
+                "fixed:ngram-union", "generalist", "exp3spec", "normalhedge", "normalhedge-cost",
+                "oracle")
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
@@ -88,6 +89,11 @@ def cmd_demo(args: argparse.Namespace) -> int:
             speed = (f"{v['tok_s']:7.1f} {v['tok_s'] / base:9.2f}" if v["tok_s"] else
                      f"{'–':>7} {'(replay)':>9}")
             print(f"{LABELS.get(m, m):50} {v['mat']:6.2f} {speed}")
+    same = summary.get("greedy_identical", {})
+    differ = [f"{LABELS.get(m, m)} {a}/{n}" for m, (a, n) in same.items() if a != n]
+    print("\noutput identical to model.generate (greedy): "
+          + (f"every decoding run ({sum(n for _a, n in same.values())})" if not differ
+             else "NOT for " + ", ".join(differ)))
     if not args.no_vllm:
         _demo_vllm(args, model, tok, domains, out / "vllm", cfg)
     print(f"\nplots and tables in {out}/ ; total {time.perf_counter() - t0:.0f} s")
