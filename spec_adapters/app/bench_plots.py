@@ -1,5 +1,5 @@
-"""The benchmark's figures (PNG, matplotlib): Fig. 5a regret, Fig. 5b pool size, Table 1 heat
-map."""
+"""The benchmark's figures (PNG, matplotlib): tokens/s per method, Fig. 5a regret, Fig. 5b
+pool size, Table 1 heat map."""
 
 from __future__ import annotations
 
@@ -47,6 +47,10 @@ def plot(summary: dict, records: list[dict], out: Path) -> list[Path]:
     import matplotlib.pyplot as plt
 
     written = []
+    timed = {temp: {m: v["mixed"]["tok_s"] for m, v in t.items() if v["mixed"].get("tok_s")}
+             for temp, t in summary.get("main", {}).items()}
+    if any(len(v) > 1 for v in timed.values()):
+        written.append(_speed_bars(out / "speed.png", timed))
     curves = {m: (np.arange(1, len(c) + 1), c) for m, c in summary.get("regret", {}).items()
               if c}
     if curves:
@@ -79,3 +83,24 @@ def plot(summary: dict, records: list[dict], out: Path) -> list[Path]:
         ax.set_title("Table 1 analog: MAT (greedy)")
         written.append(_save(fig, out / "table1_heatmap.png"))
     return written
+
+
+def _speed_bars(path: Path, timed: dict[str, dict[str, float]]) -> Path:
+    """Horizontal bars: tokens/s on the mixed stream per timed method, one panel per
+    temperature, each bar labelled with its speed-up over the target alone."""
+    import matplotlib.pyplot as plt
+
+    temps = [t for t, v in timed.items() if len(v) > 1]
+    fig, axes = plt.subplots(1, len(temps), figsize=(6.5 * len(temps), 0.5 + 0.42 * max(
+        len(timed[t]) for t in temps)), squeeze=False)
+    for ax, temp in zip(axes[0], temps, strict=True):
+        rows = sorted(timed[temp].items(), key=lambda kv: kv[1])
+        base = timed[temp].get("target")
+        ax.barh([LABELS.get(m, m) for m, _ in rows], [v for _, v in rows], color="#4477aa")
+        for i, (_m, v) in enumerate(rows):
+            ax.text(v, i, f" {v:.1f}" + (f" ({v / base:.2f}x)" if base else ""),
+                    va="center", fontsize=8)
+        ax.set_xlabel("tokens/s (mixed stream, wall clock)")
+        ax.set_title(f"temperature {temp}")
+        ax.set_xlim(0, 1.3 * max(v for _, v in rows))
+    return _save(fig, path)

@@ -39,7 +39,8 @@ DOMS = ("code", "math", "news")
 SPEED = ("normalhedge-cost", "normalhedge", "exp3spec", "ucbspec", "metasd-ucb")
 CFG = BenchConfig(queries_per_domain=1, sampled_queries_per_domain=1, max_new_tokens=6,
                   draft_length=3, policies=SPEED, sampled_policies=SPEED,
-                  hf_lookup=True, variant_queries_per_domain=1, router_accuracy_prompts=2,
+                  hf_lookup=True, rows_first_target=True, variant_queries_per_domain=1,
+                  router_accuracy_prompts=2,
                   pool_sizes=(1, 3, 8), poolsize_queries_per_domain=1, overhead=True,
                   poolsize_policies=("normalhedge", "exp3spec", "ucbspec"))
 
@@ -68,7 +69,8 @@ def run(tmp_path_factory):
 def test_every_section_and_output_is_written(run):
     _, _, pool, _, out, summary = run
     for f in ("records.jsonl", "results.json", "summary.json", "tables.md", "settings.json",
-              "fig5a_regret.png", "fig5b_poolsize.png", "table1_heatmap.png", "overhead.json",
+              "speed.png", "fig5a_regret.png", "fig5b_poolsize.png", "table1_heatmap.png",
+              "overhead.json",
               "router.json", "routes.json"):
         assert (out / f).is_file(), f
     res = json.loads((out / "results.json").read_text())
@@ -76,8 +78,11 @@ def test_every_section_and_output_is_written(run):
     assert sections == {"main", "variant", "poolsize"}
     mix = summary["main"]["0.0"]
     for m in ("target", "generalist", "specialist", "router", "oracle", "normalhedge",
-              "exp3spec", "ucbspec", "hf-prompt-lookup"):
+              "exp3spec", "ucbspec", "hf-prompt-lookup", "target-rows-first"):
         assert m in mix, m
+    same = summary["greedy_identical"]
+    assert same["target-rows-first"] == [len(DOMS), len(DOMS)]  # greedy: model.generate's
+    assert all(a == n == len(DOMS) for a, n in same.values()), same
     assert "0.7" in summary["main"]
     assert set(summary["table1"]) == {*pool.names, "ngram-union", "suffix-no-memory"}
     assert set(summary["poolsize"]["normalhedge"]) == {"1", "3", "8"}
