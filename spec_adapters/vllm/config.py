@@ -19,7 +19,7 @@ Keys (all optional)::
      "cost_aware": true,                   # experts (drafter, k), k = 0 no draft; else k = K
      "feedback_budget": 0.05,              # the counterfactual drafts' share of a step:
                                            # above it, a random share of rounds is evaluated
-     "prior_rounds": 32,                   # NormalHedge: a new request starts from the
+     "prior_rounds": 0,                    # NormalHedge: a new request starts from the
                                            # stream's learner, weighing as many rounds
                                            # (0: from uniform, the paper)
      "idle_steps": 64,                     # a request absent this many steps is forgotten
@@ -59,7 +59,7 @@ class ProposerConfig:
     k: int | None = None
     cost_aware: bool = True
     feedback_budget: float = 0.05
-    prior_rounds: int = 32
+    prior_rounds: int = 0
     idle_steps: int = 64
     seed: int = 0
     trace: str | None = None

@@ -225,20 +225,24 @@ class HedgeSpecProposer:
         """
         seconds = self._step_seconds()
         rows, scheduled = [], 0
+        prefill = False  # a prompt (or a chunk of one) was in the step: not a decode step
         claimed: set[int] = set()
         for r, sampled in enumerate(sampled_token_ids):
             if not sampled:
                 rows.append(None)
+                prefill = True
                 continue
             n = int(num_tokens_no_spec[r])
             buf = np.array(token_ids_cpu[r, :n], dtype=np.int64)  # a copy: states keep it
             st = self._match(buf, sampled, claimed)
-            scheduled += len(st.draft) + 1 if st.n_tokens else n - len(sampled)
+            prefill |= not st.n_tokens
+            scheduled += len(st.draft) + 1
             claimed.add(st.uid)
             rows.append((st, buf, sampled))
         live = [row for row in rows if row is not None]
         if seconds is not None and scheduled > 0:
-            self.step_time.observe(scheduled, seconds)
+            if not prefill:  # prompt tokens cost far less each than decode rows: not fitted
+                self.step_time.observe(scheduled, seconds)
             per_token = seconds / sum(len(sampled) for _st, _buf, sampled in live)
             self.tau = _ema(self.tau, per_token)
             self.step_s = _ema(self.step_s, seconds)
@@ -309,18 +313,21 @@ class HedgeSpecProposer:
             rd = st.pending.popleft()
             verified = buf[rd.start:rd.start + K]
             gamma = (rd.drafts == verified[None, :]).astype(np.float64)  # point masses
-            losses = self._losses(gamma, rd.costs, self.tau)
+            losses = self._losses(gamma, rd.costs, self.tau, (rd.drafts >= 0).sum(axis=1))
             st.policy.feed(rd.round_id, losses if st.policy.full_information
                            else float(losses[rd.arm]))
             if self.stream is not None:
                 self.stream.update(losses)
 
-    def _losses(self, gamma: np.ndarray, costs: np.ndarray, tau: float | None) -> np.ndarray:
+    def _losses(self, gamma: np.ndarray, costs: np.ndarray, tau: float | None,
+                lengths: np.ndarray) -> np.ndarray:
+        """Every expert's loss; expert ``(i, k)`` pays for the tokens drafter ``i`` would have
+        drafted, ``min(k, lengths[i])`` (an abstaining drafter drafts fewer, or none)."""
         if not self.config.cost_aware:
             mat = expert_losses(gamma, loss="mat").reshape(len(gamma), self.K + 1)
             return mat[:, self.K]
-        return expert_losses(gamma, costs=np.broadcast_to(costs, (len(gamma), self.K + 1)),
-                             loss="time", tau=tau)
+        drafted = np.minimum(np.arange(self.K + 1)[None, :], lengths[:, None])
+        return expert_losses(gamma, costs=costs[drafted], loss="time", tau=tau)
 
     def _draft(self, st: RequestState, buf: np.ndarray, costs: np.ndarray, evaluate: float
                ) -> list[int]:
@@ -351,16 +358,19 @@ class HedgeSpecProposer:
         if self.suffix is not None:
             st.history = buf
         if self._trace is not None:
-            self._write_trace(st, i, len(st.draft))
+            self._write_trace(st, i, len(st.draft), full, costs)
         return st.draft
 
-    def _write_trace(self, st: RequestState, drafter: int, k: int) -> None:
+    def _write_trace(self, st: RequestState, drafter: int, k: int, evaluated: bool,
+                     costs: np.ndarray) -> None:
         w = np.asarray(st.policy.weights, dtype=np.float64)
         by_drafter = w.reshape(len(self.drafters), -1).sum(axis=1)
         self._trace.write(json.dumps({
             "req": st.uid, "head": st.head[:8].tolist(), "n": st.n_tokens,
             "live": len(self.states),
-            "drafter": self.names[drafter], "k": k,
+            "drafter": self.names[drafter], "k": k, "evaluated": evaluated,
+            "costs_ms": np.round(1e3 * costs, 3).tolist(),
+            "tau_ms": None if self.tau is None else round(1e3 * self.tau, 3),
             "weights": dict(zip(self.names, np.round(by_drafter, 4).tolist(), strict=True)),
         }) + "\n")
         self._trace.flush()

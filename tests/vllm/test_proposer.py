@@ -596,3 +596,15 @@ def test_without_a_prior_every_request_starts_uniform(tmp_path):
 def test_bad_prior_rounds_names_the_problem(tmp_path, value):
     with pytest.raises(ValueError, match="prior_rounds must be an integer >= 0"):
         _proposer(tmp_path, prior_rounds=value)
+
+
+def test_an_expert_pays_for_the_tokens_its_drafter_would_have_drafted(tmp_path):
+    prop = _proposer(tmp_path)
+    K = prop.K
+    costs = np.linspace(0.01, 0.05, K + 1)  # c(k), k = 0 .. K
+    gamma = np.zeros((3, K))  # nothing accepted
+    losses = prop._losses(gamma, costs, tau=0.02, lengths=np.array([0, 2, K])).reshape(3, K + 1)
+    np.testing.assert_allclose(losses[0], losses[0, 0])  # abstained: every k costs a plain step
+    np.testing.assert_allclose(losses[1, 2:], losses[1, 2])  # drafts 2 at most
+    assert np.all(np.diff(losses[1, :3]) > 0) and np.all(np.diff(losses[2]) > 0)
+    np.testing.assert_allclose(losses[:, 0], losses[0, 0])  # k = 0 is the same for all
