@@ -149,21 +149,20 @@ def run_target_rows_first(model, ids, max_new_tokens: int, temperature: float, s
     import torch
 
     from spec_adapters.core.sampling import SamplingConfig
+    from spec_adapters.decoding.loop import check_eos
     from spec_adapters.hf.target import TargetModel
 
     target, sampling = TargetModel(model), SamplingConfig(temperature)
-    eos = model.generation_config.eos_token_id
-    eos = set(eos if isinstance(eos, list) else [] if eos is None else [eos])
+    eos = check_eos(model.generation_config.eos_token_id, target.vocab_size)
     gen = torch.Generator().manual_seed(seed)
-    seq = ids[0].tolist()
     t = time.perf_counter()
     target.prefill(ids[0])
     new: list[int] = []
     none = torch.zeros(0, dtype=torch.long)
     while len(new) < max_new_tokens and not (new and new[-1] in eos):
-        p = sampling.probs(target.verify(torch.tensor([seq[-1]]), none))[0]
+        last = new[-1] if new else int(ids[0, -1])
+        p = sampling.probs(target.verify(torch.tensor([last]), none))[0]
         nxt = int(p.argmax()) if sampling.greedy else int(torch.multinomial(p, 1, generator=gen))
-        seq.append(nxt)
         new.append(nxt)
     return {"new_tokens": len(new), "target_calls": len(new),
             "seconds": time.perf_counter() - t, "tokens": new}
