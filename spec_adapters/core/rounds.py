@@ -28,7 +28,7 @@ import numpy as np
 import torch
 
 from spec_adapters.core import estimators
-from spec_adapters.core.proposal import Rows, as_rows, stack_rows
+from spec_adapters.core.proposal import PointMass, Rows, as_rows, stack_rows
 
 __all__ = ["LOSSES", "RoundTable", "position_stats"]
 
@@ -70,6 +70,8 @@ def position_stats(p: torch.Tensor, q, tokens: torch.LongTensor
         rho = realized_ratio(p, q, tokens, validate=False)
         return gamma.double(), rho.double()
     q = [as_rows(rows) for rows in q]
+    if q and all(type(rows) is PointMass for rows in q):
+        return _point_stats(p, torch.stack([rows.tokens for rows in q]).to(p.device), tokens)
     gamma = torch.zeros(len(q), p.shape[0], dtype=torch.float64, device=p.device)
     rho = torch.zeros_like(gamma)
     kinds: dict[type, list[int]] = {}
@@ -80,6 +82,21 @@ def position_stats(p: torch.Tensor, q, tokens: torch.LongTensor
         idx = torch.tensor(members, device=p.device)
         gamma[idx] = acceptance_probability(p, stacked, validate=False).double()
         rho[idx] = realized_ratio(p, stacked, tokens, validate=False).double()
+    return gamma, rho
+
+
+def _point_stats(p: torch.Tensor, drafts: torch.LongTensor, tokens: torch.LongTensor
+                 ) -> tuple[torch.Tensor, torch.Tensor]:
+    """:func:`position_stats` of point masses ``drafts`` ``(N, m)`` (``-1``: abstained) in a
+    few tensor operations: ``gamma = p(d)`` and ``rho = min(1, 1{x = d} / p(x))``, i.e.
+    ``1{x = d}`` where ``p(x) > 0`` and 1 on the probability-zero event ``p(x) = 0`` (as
+    :func:`~spec_adapters.core.estimators.realized_ratio`)."""
+    if drafts.shape[1] != p.shape[0] or tokens.shape != (p.shape[0],):
+        raise ValueError(f"p {tuple(p.shape)}, drafts {tuple(drafts.shape)} and tokens "
+                         f"{tuple(tokens.shape)} do not broadcast")
+    at = torch.arange(p.shape[0], device=p.device)
+    gamma = torch.where(drafts >= 0, p[at, drafts.clamp_min(0)].double(), 0.0)
+    rho = torch.where((drafts == tokens) | (p[at, tokens] == 0), 1.0, 0.0).double()
     return gamma, rho
 
 
