@@ -189,13 +189,10 @@ class StepCosts:
     def round_costs(self) -> np.ndarray:
         """``c[i, k] = T(k + 1) + D_i(k) + O``, shape ``(N, K + 1)``."""
         per = self.per_token.copy()
-        if np.isnan(per).all():
-            per[:] = 0.0
-        else:
-            per[np.isnan(per)] = np.nanmean(per)
-        ks = np.arange(self.k + 1)
+        unknown = np.isnan(per)
+        per[unknown] = 0.0 if unknown.all() else per[~unknown].mean()
         overhead = 0.0 if np.isnan(self.overhead) else self.overhead
-        return self.target_curve()[None, :] + per[:, None] * ks[None, :] + overhead
+        return self.target_curve()[None, :] + np.outer(per, np.arange(self.k + 1)) + overhead
 
     def state_dict(self) -> dict:
         """JSON-serialisable measurements (NaN = not measured is stored as None)."""
