@@ -23,6 +23,9 @@ prediction (logits or an unwarped form): greedy gives the point mass at the argm
 sparse mixture, found among its support and the base's top token off the support, no V-sized
 tensor); temperature keeps a sparse mixture sparse in closed form (``q^{1/T}`` normalised, with
 the base tempered once and cached); top-k / top-p on a sparse mixture fall back to dense.
+Model-free drafters build their sparse rows in numpy (:meth:`Sparse.from_arrays`) with the
+argmax already found by the compiled :func:`sparse_argmax` (the rule of :meth:`Sparse.argmax`),
+so greedy decoding turns them into point masses without building a tensor.
 :func:`draw` samples one row. :func:`check_distribution` validates dense probabilities.
 """
 
@@ -34,12 +37,14 @@ from typing import TYPE_CHECKING, NamedTuple
 
 import numpy as np
 import torch
+from numba import njit
 
 if TYPE_CHECKING:
     from spec_adapters.core.warping import SamplingConfig
 
 __all__ = ["Base", "Dense", "PointMass", "Proposal", "Rows", "Sparse", "as_rows", "cat_rows",
-           "check_distribution", "draw", "stack_rows", "target_and_draft", "warp"]
+           "check_distribution", "draw", "sparse_argmax", "stack_rows", "target_and_draft",
+           "warp"]
 
 # Base tolerance on |sum(p) - 1| by dtype (widened by V * eps in check_distribution): it must
 # reject logits, unnormalised weights or a missing renormalisation.
@@ -203,6 +208,8 @@ class PointMass(Rows):
         return PointMass(self.tokens[..., sl], self.vocab_size)
 
     def to(self, device) -> PointMass:
+        if torch.device(device) == self.tokens.device:
+            return self
         return PointMass(self.tokens.to(device), self.vocab_size)
 
 
@@ -261,9 +268,14 @@ class Base:
         return torch.sort(self.probs, descending=True, stable=True).indices
 
     @cached_property
-    def array(self) -> np.ndarray:
-        """The probabilities as a float64 numpy array on the CPU (for mixtures built in numpy)."""
-        return self.probs.detach().cpu().double().numpy()
+    def numpy(self) -> np.ndarray:
+        """The probabilities as a numpy array of their dtype, on the CPU (compiled rows)."""
+        return self.probs.detach().cpu().numpy()
+
+    @cached_property
+    def top(self) -> int:
+        """The most probable token (lowest id on ties)."""
+        return int(self.order[0])
 
     @cached_property
     def cdf(self) -> torch.Tensor:
@@ -302,8 +314,53 @@ class Sparse(Rows):
 
     def __init__(self, support: torch.Tensor, values: torch.Tensor, lam: torch.Tensor,
                  base: Base) -> None:
-        self.support, self.values, self.lam, self.base = support, values, lam, base
-        self.vocab_size = int(base.probs.shape[-1])
+        self._arrays: tuple | None = (support, values, lam)
+        self._numpy: tuple | None = None  # numpy rows, turned into tensors when first read
+        self._top: torch.Tensor | None = None  # the argmax per row, when built from arrays
+        self._lead = lam.shape
+        self.base, self.vocab_size = base, int(base.probs.shape[-1])
+
+    @classmethod
+    def from_arrays(cls, support: np.ndarray, values: np.ndarray, lam: np.ndarray,
+                    top: np.ndarray, base: Base) -> Sparse:
+        """``m`` rows of one drafter from numpy arrays: ``support`` ``(m, S)`` int64 (sorted,
+        ``-1`` padding), ``values`` ``(m, S)`` float64, ``lam`` ``(m,)`` float64 and their
+        argmax ``top`` ``(m,)`` by :func:`sparse_argmax` (the producer computes it).
+
+        The tensors (in the base's dtype, float32) are built only when first read: greedy
+        decoding reads nothing but the argmax, so a model-free drafter's round builds no other
+        tensor.
+        """
+        if base.probs.dtype != torch.float32:
+            raise ValueError(f"Sparse.from_arrays needs a float32 base (sparse_argmax rounds "
+                             f"as float32 does), got {base.probs.dtype}")
+        self = cls.__new__(cls)
+        self._arrays, self._numpy = None, (support, values, lam)
+        self._top = torch.from_numpy(np.ascontiguousarray(top, dtype=np.int64))
+        self._lead = torch.Size([len(lam)])
+        self.base, self.vocab_size = base, int(base.probs.shape[-1])
+        return self
+
+    def _tensors(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        if self._arrays is None:
+            support, values, lam = self._numpy
+            dtype, device = self.base.probs.dtype, self.base.probs.device
+            self._arrays = (torch.from_numpy(support).to(device),
+                            torch.from_numpy(values).to(device, dtype),
+                            torch.from_numpy(lam).to(device, dtype))
+        return self._arrays
+
+    @property
+    def support(self) -> torch.Tensor:
+        return self._tensors()[0]
+
+    @property
+    def values(self) -> torch.Tensor:
+        return self._tensors()[1]
+
+    @property
+    def lam(self) -> torch.Tensor:
+        return self._tensors()[2]
 
     @classmethod
     def nothing(cls, base: Base, m: int = 1) -> Sparse:
@@ -318,7 +375,7 @@ class Sparse(Rows):
 
     @property
     def lead(self) -> torch.Size:
-        return self.lam.shape
+        return self._lead
 
     def _b(self) -> torch.Tensor:
         """The base broadcastable against ``(*lead, V)``."""
@@ -362,6 +419,8 @@ class Sparse(Rows):
         tie resolves to the support (its best id is ``<= t``, the lowest id of the base's
         maximum, and any other token of that mass is above ``t``). Needs one base (a
         drafter's rows, not a stack)."""
+        if self._top is not None:
+            return self._top
         if self.base.probs.dim() != 1:
             raise ValueError("Sparse.argmax needs one drafter's rows (a single base)")
         S = self.support.shape[-1]
@@ -410,12 +469,43 @@ class Sparse(Rows):
         return self
 
     def positions(self, sl: slice) -> Sparse:
-        return Sparse(self.support[..., sl, :], self.values[..., sl, :], self.lam[..., sl],
-                      self.base)
+        if self._arrays is None:
+            support, values, lam = self._numpy
+            out = Sparse.from_arrays(support[sl], values[sl], lam[sl], self._top.numpy()[sl],
+                                     self.base)
+        else:
+            out = Sparse(self.support[..., sl, :], self.values[..., sl, :], self.lam[..., sl],
+                         self.base)
+            out._top = None if self._top is None else self._top[..., sl]
+        return out
 
     def to(self, device) -> Sparse:
-        return Sparse(self.support.to(device), self.values.to(device), self.lam.to(device),
-                      self.base.to(device))
+        if torch.device(device) == self.base.probs.device:
+            return self
+        out = Sparse(self.support.to(device), self.values.to(device), self.lam.to(device),
+                     self.base.to(device))
+        out._top = None if self._top is None else self._top.to(device)
+        return out
+
+
+@njit(cache=True)
+def sparse_argmax(tokens: np.ndarray, values: np.ndarray, lam: float, base: np.ndarray,
+                  top: int) -> int:
+    """:meth:`Sparse.argmax` of one row in compiled code (numba), on the values as a float32
+    tensor holds them: the best support token (``tokens`` increasing, so a tie keeps the
+    lowest id) against the float32 ``base``'s top token ``top`` weighted by ``lam``; -1 for
+    the zero row (no tokens, ``lam = 0``)."""
+    best_t, best_v = -1, np.float32(-1.0)
+    for s in range(tokens.size):
+        v = np.float32(values[s])
+        if v > best_v:
+            best_t, best_v = tokens[s], v
+    off = np.float32(lam) * base[top]  # float32 times float32, as the tensors compute it
+    if off > best_v or (off == best_v and top < best_t):
+        best_t = top
+    if lam == 0.0 and tokens.size == 0:
+        return -1
+    return best_t
 
 
 def as_rows(q) -> Rows:

@@ -23,36 +23,44 @@ and ``P_n = P_{n-1}`` for an unseen context. The recursion bottoms out in a base
 with full support (add-``alpha`` unigram for :class:`NGramDrafter`, uniform for
 :class:`PromptLookupDrafter`), so every token has nonzero mass and sampling at temperature > 0
 can propose anything. The longest matched context dominates, which is REST's "retrieve the
-continuations of the longest suffix match" (He et al. 2024) in distributional form.
+continuations of the longest suffix match" (He et al. 2024) in distributional form. Unrolled
+from the longest matched order ``N`` down, the recursion is a sparse mixture:
+
+    P_N(x) = lam_N b(x) + sum_n mu_n c_n(x),   lam_N = prod_{i<=N} T_i / (C_i + T_i),
+    mu_n = 1 / (C_n + T_n) * prod_{n<i<=N} T_i / (C_i + T_i),
+
+whose support is the union of the tokens seen at the matched orders. Order ``n`` counts while
+its context is found (each source, the corpus and the query's own tokens, stops at its first
+miss: a longer context only occurs where its suffix does).
 
 :class:`NGramDrafter` stores, per order ``n``, the sorted hashed contexts with the (token, count)
 lists that follow them (CSR layout, numpy arrays), built by one sort per order: ~1 M tokens take
-about a second. A lookup is a binary search per order plus work linear in the continuations
-found (nothing of the vocabulary's size).
+about a second. A prediction is a binary search per order, a scan of the query's tokens (with
+``context_weight``) and work linear in the continuations found, nothing of the vocabulary's
+size; both drafters run it compiled (:mod:`spec_adapters.drafters.ngram_kernel`), one call per
+``extend`` and, greedy, one per ``propose``.
 """
 
 from __future__ import annotations
 
+import functools
 import json
 import os
-from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 import numpy as np
 import torch
 
-from spec_adapters.core.proposal import Base, Sparse, cat_rows
-from spec_adapters.drafters.base import sample_draft
+from spec_adapters.core.proposal import Base, PointMass, Proposal, Sparse
+from spec_adapters.drafters.base import check_k, sample_draft
+from spec_adapters.drafters.ngram_kernel import greedy_draft, witten_bell_rows
 
 if TYPE_CHECKING:
-    from spec_adapters.core.proposal import Proposal
     from spec_adapters.core.sampling import SamplingConfig
 
 __all__ = ["NGramDrafter", "PromptLookupDrafter", "context_keys"]
-
-_MASK64 = (1 << 64) - 1
 
 
 def context_keys(tokens: np.ndarray, n: int, base: int) -> np.ndarray:
@@ -72,47 +80,6 @@ def context_keys(tokens: np.ndarray, n: int, base: int) -> np.ndarray:
     return key
 
 
-def _key_of(context: Sequence[int], base: int) -> int:
-    """The :func:`context_keys` hash of one context (same wrap-around arithmetic)."""
-    k = 0
-    for t in context:
-        k = (k * base + int(t)) & _MASK64
-    return k
-
-
-def _mixture(base: Base, matches: Iterable[tuple[np.ndarray, np.ndarray]]
-             ) -> tuple[Sparse, bool]:
-    """The interpolated Witten-Bell recursion (see the module docstring) in closed form, in
-    sparse form, computed in numpy over the support only.
-
-    ``matches`` yields, for n = 1, 2, ... while the context is found, the tokens following the
-    order-``n`` context and their counts ``c_n`` (a token may appear more than once: its counts
-    add up), with ``C_n`` their total and ``T_n`` the number of distinct tokens. Unrolling the
-    recursion from the longest matched order ``N`` down,
-
-        P_N(x) = lam_N b(x) + sum_n mu_n c_n(x),   lam_n = prod_{i<=n} T_i / (C_i + T_i),
-        mu_n = 1 / (C_n + T_n) * prod_{n<i<=N} T_i / (C_i + T_i),
-
-    so the support is the union of the tokens seen and one pass adds every order's counts.
-    Returns the one-row mixture and whether any order matched; cost ``O(S log S)`` for ``S``
-    continuations in all, nothing of the vocabulary's size.
-    """
-    levels = list(matches)
-    toks = np.concatenate([t for t, _ in levels]) if levels else np.zeros(0, np.int64)
-    support, inv = np.unique(toks, return_inverse=True)
-    lam, weights = 1.0, []
-    for t, c in reversed(levels):  # the longest order first: mu_n needs the factors above it
-        types = np.unique(t).size
-        scale = float(c.sum()) + types
-        weights.append(c * (lam / scale))
-        lam *= types / scale
-    w = np.concatenate(weights[::-1]) if levels else np.zeros(0)
-    values = lam * base.array[support] + np.bincount(inv, weights=w, minlength=support.size)
-    dtype = base.probs.dtype
-    return Sparse(torch.from_numpy(support)[None], torch.from_numpy(values).to(dtype)[None],
-                  torch.tensor([lam], dtype=dtype), base), bool(levels)
-
-
 def _prune(offsets: np.ndarray, toks: np.ndarray, counts: np.ndarray, keep: int
            ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """One order's CSR table with each context's ``keep`` most frequent continuations (ties:
@@ -128,77 +95,124 @@ def _prune(offsets: np.ndarray, toks: np.ndarray, counts: np.ndarray, keep: int
 
 
 def _check_ids(ids: torch.Tensor, vocab_size: int, what: str) -> list[int]:
-    ids = torch.as_tensor(ids).view(-1)
-    if ids.numel() and (int(ids.min()) < 0 or int(ids.max()) >= vocab_size):
+    ids = torch.as_tensor(ids)
+    if ids.is_floating_point() or ids.is_complex() or ids.dtype == torch.bool:
+        raise ValueError(f"{what} must hold integer token ids, got dtype {ids.dtype}")
+    out = ids.view(-1).tolist()
+    if out and (min(out) < 0 or max(out) >= vocab_size):
         raise ValueError(f"{what} has token ids outside [0, {vocab_size})")
-    return [int(t) for t in ids.tolist()]
+    return out
 
 
-class _ContextCounts:
-    """n-gram counts (n = 1..max_n) of the verified context, updated one token at a time, and
-    the lookup of a trailing n-gram among them *and* among the pending drafts."""
+class _Tables(NamedTuple):
+    """Corpus tables, orders concatenated (the layout :func:`witten_bell_rows` reads): order
+    ``n``'s sorted keys are ``keys[key_at[n-1]:key_at[n]]``, context ``i`` is followed by
+    ``toks[lo[i]:hi[i]]`` with ``counts``, ``totals[i]`` their sum; ``widest`` is the longest
+    such row."""
 
-    def __init__(self, max_n: int) -> None:
-        self.max_n = max_n
-        self.counts: list[dict] = [defaultdict(lambda: defaultdict(int)) for _ in range(max_n)]
+    keys: np.ndarray
+    key_at: np.ndarray
+    lo: np.ndarray
+    hi: np.ndarray
+    toks: np.ndarray
+    counts: np.ndarray
+    totals: np.ndarray
+    widest: int
 
-    def observe(self, context: list[int]) -> None:
-        """``context[-1]`` was just appended: count it after each n-gram ending before it."""
-        L = len(context) - 1
-        token = context[-1]
-        for n in range(1, min(self.max_n, L) + 1):
-            self.counts[n - 1][tuple(context[L - n:L])][token] += 1
+    @classmethod
+    def of(cls, tables: Sequence[tuple], order: int) -> _Tables:
+        """From per-order ``(keys, offsets, tokens, counts)`` (CSR; none: no corpus)."""
+        keys, lo, hi, toks, counts, key_at, base = [], [], [], [], [], [0], 0
+        for k, o, t, c in tables:
+            keys.append(k)
+            lo.append(o[:-1] + base)
+            hi.append(o[1:] + base)
+            toks.append(t)
+            counts.append(c)
+            key_at.append(key_at[-1] + k.size)
+            base += t.size
+        key_at += [key_at[-1]] * (order + 1 - len(key_at))
 
-    def lookup(self, context: list[int], committed: int, n: int
-               ) -> tuple[np.ndarray, np.ndarray]:
-        """Continuations of ``context[-n:]`` and their counts (int64, float64 arrays; empty
-        when none): counted ones plus those whose next token is one of the drafts
-        ``context[committed:]`` (so a draft can continue a copy)."""
-        key = tuple(context[-n:])
-        found = dict(self.counts[n - 1].get(key, {}))
-        for end in range(max(committed, n), len(context)):
-            if tuple(context[end - n:end]) == key:
-                found[context[end]] = found.get(context[end], 0) + 1
-        return (np.fromiter(found, np.int64, len(found)),
-                np.fromiter(found.values(), np.float64, len(found)))
+        def cat(parts, dtype):
+            return np.concatenate(parts).astype(dtype) if parts else np.zeros(0, dtype)
+
+        lo, hi, counts = cat(lo, np.int64), cat(hi, np.int64), cat(counts, np.float64)
+        totals = np.add.reduceat(counts, lo) if lo.size else np.zeros(0)
+        return cls(cat(keys, np.uint64), np.array(key_at, np.int64), lo, hi,
+                   cat(toks, np.int64), counts, totals, int((hi - lo).max(initial=0)))
+
+    def order_table(self, n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """Order ``n``'s ``(keys, offsets, tokens, counts)`` (CSR, as :meth:`of` takes)."""
+        a, b = self.key_at[n - 1], self.key_at[n]
+        start, end = (self.lo[a], self.hi[b - 1]) if b > a else (0, 0)
+        offsets = np.append(self.lo[a:b], end) - start
+        return self.keys[a:b], offsets, self.toks[start:end], self.counts[start:end]
+
+
+@functools.cache
+def _work_arrays(vocab_size: int) -> tuple[np.ndarray, np.ndarray]:
+    """The kernel's work arrays for a vocabulary (shared: it leaves them as it found them)."""
+    return np.zeros(vocab_size), np.zeros(vocab_size + 1, np.int64)
 
 
 class _ContextDrafter:
-    """Shared propose/extend on top of ``_matches(context)`` and a :class:`Base`."""
+    """Shared state and verbs of the context drafters: the query's tokens in a growing buffer,
+    every prediction a call of the compiled :func:`witten_bell_rows` over it."""
 
     name: str
     vocab_size: int
     abstain: bool
+    order: int
     _base: Base
+    _tables: _Tables
+    _own_weight: float
 
     def __init__(self) -> None:
-        self._context: list[int] | None = None
+        self._buf: np.ndarray | None = None  # tokens [0, _n) verified, drafts after them
+        self._n = 0
 
-    def _matches(self, context: list[int]):  # pragma: no cover - abstract
-        raise NotImplementedError
+    def _model(self, own_weight: float | None = None) -> tuple:
+        """The kernels' arguments that describe this drafter (after the context ones)."""
+        tb = self._tables
+        return (self.order, np.uint64(self.vocab_size + 1), tb.keys, tb.key_at, tb.lo, tb.hi,
+                tb.toks, tb.counts, tb.totals,
+                self._own_weight if own_weight is None else own_weight, self.abstain,
+                self._base.numpy, self._base.top, *_work_arrays(self.vocab_size))
 
-    def _observe(self, token: int) -> None:
-        """Hook: a verified token was appended to the context."""
+    def _width(self, length: int) -> int:
+        """An upper bound on the entries of a row after ``length`` tokens."""
+        return max(1, self.order * (self._tables.widest + length))
 
-    def _predict(self, context: list[int]) -> Sparse | None:
-        """The mixture after ``context``; ``None`` where the drafter abstains."""
-        q, matched = _mixture(self._base, self._matches(context))
-        return q if matched or not self.abstain else None
+    def _rows(self, ends: np.ndarray, own_weight: float | None = None) -> Sparse:
+        """The unwarped mixtures after ``_buf[:e]`` for each ``e`` in ``ends``."""
+        m, cap = len(ends), self._width(int(ends.max(initial=0)))
+        tok = np.full((m, cap), -1, np.int64)
+        val, lam = np.zeros((m, cap)), np.zeros(m)
+        n, top = np.zeros(m, np.int64), np.zeros(m, np.int64)
+        witten_bell_rows(self._buf, ends, *self._model(own_weight), tok, val, n, lam, top)
+        width = int(n.max(initial=0))
+        return Sparse.from_arrays(tok[:, :width], val[:, :width], lam, top, self._base)
 
-    def _require_started(self, verb: str) -> list[int]:
-        if self._context is None:
+    def _require_started(self, verb: str) -> int:
+        if self._buf is None:
             raise RuntimeError(f"{type(self).__name__}.{verb} called before start()")
-        return self._context
+        return self._n
+
+    def _reserve(self, size: int) -> None:
+        if size > len(self._buf):
+            grown = np.zeros(max(size, 2 * len(self._buf)), np.int64)
+            grown[:self._n] = self._buf[:self._n]
+            self._buf = grown
 
     def start(self, prompt_ids: torch.LongTensor) -> None:
         """Reset to a new query whose verified context is the 1-D ``prompt_ids``."""
         if not isinstance(prompt_ids, torch.Tensor) or prompt_ids.dim() != 1 \
                 or prompt_ids.numel() == 0:
             raise ValueError("prompt_ids must be a non-empty 1-D tensor")
-        self._context = []
-        for t in _check_ids(prompt_ids, self.vocab_size, "prompt_ids"):
-            self._context.append(t)
-            self._observe(t)
+        ids = _check_ids(prompt_ids, self.vocab_size, "prompt_ids")
+        self._buf = np.zeros(2 * len(ids) + 64, np.int64)
+        self._buf[:len(ids)] = ids
+        self._n = len(ids)
 
     def propose(self, k: int, sampling: SamplingConfig, generator: torch.Generator | None = None
                 ) -> Proposal:
@@ -209,21 +223,34 @@ class _ContextDrafter:
         Returns tokens ``(j,)`` int64 and their warped rows ``q``: a point mass when greedy,
         the sparse mixture under temperature, dense rows under top-k / top-p.
         """
-        context = self._require_started("propose")
-        return sample_draft(k, sampling, generator,
-                            lambda drafts: self._predict(context + drafts.tolist()),
-                            self.vocab_size)
+        n = self._require_started("propose")
+        check_k(k)
+        self._reserve(n + k)
+        if sampling.greedy:  # each token the argmax: the whole draft in one compiled call
+            cap = self._width(n + k)
+            j = greedy_draft(self._buf, n, k, *self._model(), np.full((1, cap), -1, np.int64),
+                             np.zeros((1, cap)))
+            tokens = torch.from_numpy(self._buf[n:n + j].copy())
+            return Proposal(tokens, PointMass(tokens, self.vocab_size))
+
+        def predict_after(drafts: torch.LongTensor) -> Sparse | None:
+            j = drafts.numel()
+            if j:
+                self._buf[n + j - 1] = int(drafts[-1])  # past the verified tokens: uncommitted
+            q = self._rows(np.array([n + j]))
+            return None if q._top[0] < 0 else q
+
+        return sample_draft(k, sampling, generator, predict_after, self.vocab_size)
 
     def extend(self, tokens: torch.LongTensor) -> Sparse:
         """Append verified tokens; return the unwarped mixtures (``m`` rows), row ``j`` given
         the context plus ``tokens[:j]`` (a zero row where the drafter would have abstained)."""
-        context = self._require_started("extend")
-        rows = []
-        for t in _check_ids(tokens, self.vocab_size, "tokens"):
-            rows.append(self._predict(context) or Sparse.nothing(self._base))
-            context.append(t)
-            self._observe(t)
-        return cat_rows(rows) if rows else Sparse.nothing(self._base, 0)
+        n = self._require_started("extend")
+        ids = _check_ids(tokens, self.vocab_size, "tokens")
+        self._reserve(n + len(ids))
+        self._buf[n:n + len(ids)] = ids
+        self._n = n + len(ids)
+        return self._rows(np.arange(n, n + len(ids)))
 
 
 class NGramDrafter(_ContextDrafter):
@@ -269,7 +296,6 @@ class NGramDrafter(_ContextDrafter):
             raise ValueError(f"max_continuations must be >= 1 or None, got {max_continuations}")
         self.max_continuations = max_continuations
         self.context_weight = float(context_weight)
-        self._ctx_counts: _ContextCounts | None = None
         unigram = np.asarray(unigram, dtype=np.float64)
         if unigram.shape != (vocab_size,):
             raise ValueError(f"unigram must have shape ({vocab_size},), got {unigram.shape}")
@@ -278,12 +304,14 @@ class NGramDrafter(_ContextDrafter):
         self.alpha = float(alpha)
         self.order = len(tables)
         self.base = self.vocab_size + 1  # one more than any id: the document separator
-        self.tables = []
+        kept = []
         for k, o, t, c in tables:
             o, t, c = np.asarray(o, np.int64), np.asarray(t, np.int64), np.asarray(c, np.float64)
             if max_continuations is not None:
                 o, t, c = _prune(o, t, c, max_continuations)
-            self.tables.append((np.asarray(k, np.uint64), o, t, c))
+            kept.append((np.asarray(k, np.uint64), o, t, c))
+        self._tables = _Tables.of(kept, self.order)
+        self._own_weight = self.context_weight
         u = unigram + self.alpha
         self._unigram = torch.as_tensor(u / u.sum(), dtype=torch.float32)
         self._base = Base(self._unigram)
@@ -294,13 +322,11 @@ class NGramDrafter(_ContextDrafter):
                 f"tokens={self.n_tokens}, context_weight={self.context_weight}, "
                 f"abstain={self.abstain}, max_continuations={self.max_continuations})")
 
-    def start(self, prompt_ids: torch.LongTensor) -> None:
-        self._ctx_counts = _ContextCounts(self.order) if self.context_weight > 0 else None
-        super().start(prompt_ids)
-
-    def _observe(self, token: int) -> None:
-        if self._ctx_counts is not None:
-            self._ctx_counts.observe(self._context)
+    @property
+    def tables(self) -> list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]]:
+        """Per order ``n = 1..order``: ``(keys, offsets, next_tokens, counts)`` as kept (see
+        the class's ``tables``)."""
+        return [self._tables.order_table(n) for n in range(1, self.order + 1)]
 
     # ---------------------------------------------------------------- building
     @classmethod
@@ -423,42 +449,18 @@ class NGramDrafter(_ContextDrafter):
         return obj
 
     # ---------------------------------------------------------------- the model
-    def _corpus_match(self, context: list[int], n: int):
-        keys, offsets, toks, counts = self.tables[n - 1]
-        key = np.uint64(_key_of(context[-n:], self.base))
-        i = int(np.searchsorted(keys, key))
-        if i == len(keys) or keys[i] != key:
-            return None
-        a, b = int(offsets[i]), int(offsets[i + 1])
-        return toks[a:b], counts[a:b]
-
-    def _matches(self, context: list[int]):
-        # a longer context can only match where its suffix did: stop at the first miss
-        own = self._ctx_counts if self._context is not None else None
-        corpus_alive, own_alive = True, own is not None
-        for n in range(1, min(self.order, len(context)) + 1):
-            hit = self._corpus_match(context, n) if corpus_alive else None
-            found = own.lookup(context, len(self._context), n) if own_alive else None
-            corpus_alive, own_alive = hit is not None, found is not None and found[0].size > 0
-            if not own_alive:
-                if not corpus_alive:
-                    return
-                yield hit
-            elif not corpus_alive:
-                yield found[0], self.context_weight * found[1]
-            else:
-                yield (np.concatenate([hit[0], found[0]]),
-                       np.concatenate([hit[1], self.context_weight * found[1]]))
-
     def log_probs(self, context: Sequence[int]) -> torch.Tensor:
         """Smoothed next-token log-probabilities (V,) after ``context`` (dense: a reference;
         the decoders never build it), from the corpus alone (the query's own n-grams, when
         ``context_weight > 0``, enter only via the Drafter verbs)."""
-        saved, self._context = self._context, None
+        ids = [int(t) for t in context]
+        if any(not 0 <= t < self.vocab_size for t in ids):
+            raise ValueError(f"context has token ids outside [0, {self.vocab_size})")
+        saved, self._buf = self._buf, np.array(ids, np.int64)
         try:
-            q, _ = _mixture(self._base, self._matches([int(t) for t in context]))
+            q = self._rows(np.array([len(ids)]), own_weight=0.0)
         finally:
-            self._context = saved
+            self._buf = saved
         return q.dense()[0].log()
 
 
@@ -489,24 +491,11 @@ class PromptLookupDrafter(_ContextDrafter):
         self.abstain = bool(abstain)
         self.vocab_size = int(vocab_size)
         self._base = Base(torch.full((self.vocab_size,), 1.0 / self.vocab_size))
-        self.max_ngram = int(max_ngram)
+        self.max_ngram = self.order = int(max_ngram)
         self.name = name
-        self._counts: _ContextCounts | None = None
+        self._tables = _Tables.of([], self.order)
+        self._own_weight = 1.0
 
     def __repr__(self) -> str:
         return (f"PromptLookupDrafter(vocab_size={self.vocab_size}, max_ngram={self.max_ngram}, "
                 f"abstain={self.abstain})")
-
-    def start(self, prompt_ids: torch.LongTensor) -> None:
-        self._counts = _ContextCounts(self.max_ngram)
-        super().start(prompt_ids)
-
-    def _observe(self, token: int) -> None:
-        self._counts.observe(self._context)
-
-    def _matches(self, context: list[int]):
-        for n in range(1, min(self.max_ngram, len(context)) + 1):
-            found = self._counts.lookup(context, len(self._context), n)
-            if not found[0].size:
-                return
-            yield found

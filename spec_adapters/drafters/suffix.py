@@ -41,7 +41,7 @@ from typing import TYPE_CHECKING, NamedTuple
 import numpy as np
 import torch
 
-from spec_adapters.core.proposal import Base, Sparse, cat_rows
+from spec_adapters.core.proposal import Base, Sparse, sparse_argmax
 from spec_adapters.drafters.base import check_k, sample_draft
 
 if TYPE_CHECKING:
@@ -383,14 +383,22 @@ class SuffixDrafter:
             raise RuntimeError(f"SuffixDrafter.{verb} called before start()")
         return self._n
 
+    def _rows(self, found: list[Continuations]) -> Sparse:
+        """The unwarped rows of ``found`` (a zero row where the rule abstains)."""
+        dists = [self.rule.distribution(f) for f in found]
+        width = max((d[0].size for d in dists if d is not None), default=0)
+        support = np.full((len(found), width), -1, np.int64)
+        values, top = np.zeros((len(found), width)), np.full(len(found), -1, np.int64)
+        for r, d in enumerate(dists):
+            if d is not None:
+                support[r, :d[0].size], values[r, :d[0].size] = d
+                top[r] = sparse_argmax(d[0], d[1], 0.0, self._base.numpy, self._base.top)
+        return Sparse.from_arrays(support, values, np.zeros(len(found)), top, self._base)
+
     def _row(self, found: Continuations) -> Sparse | None:
         """The unwarped row of ``found``, or ``None`` (abstain)."""
-        dist = self.rule.distribution(found)
-        if dist is None:
-            return None
-        tokens, probs = dist
-        return Sparse(torch.from_numpy(tokens)[None], torch.tensor(probs, dtype=torch.float32)
-                      [None], torch.zeros(1), self._base)
+        q = self._rows([found])
+        return None if q.argmax()[0] < 0 else q
 
     def _after(self, end: int) -> Continuations:
         return self.index.continuations(self._buf[:end])
@@ -440,10 +448,10 @@ class SuffixDrafter:
         n = self._require_started("extend")
         ids = self._ids(tokens, "tokens")
         self._reserve(n + len(ids))
-        rows = []
+        found = []
         for t in ids:
-            rows.append(self._row(self._after(n)) or Sparse.nothing(self._base))
+            found.append(self._after(n))
             self._buf[n] = t
             n += 1
         self._n = n
-        return cat_rows(rows) if rows else Sparse.nothing(self._base, 0)
+        return self._rows(found)

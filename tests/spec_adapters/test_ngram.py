@@ -317,7 +317,7 @@ def test_greedy_ngram_work_builds_nothing_of_the_vocabulary_size(corpus, monkeyp
     tensor with V entries (V chosen larger than any support here)."""
     V = 5000
     d = NGramDrafter.from_corpus(corpus, V, order=3, context_weight=1.0)
-    d._base.order, d._base.array  # noqa: B018 - computed once per drafter, not per round
+    d._base.order, d._base.numpy, d._base.top  # noqa: B018 - computed once per drafter, not per round
     big = []
 
     class Watch(torch.overrides.TorchFunctionMode):

@@ -19,6 +19,7 @@ from spec_adapters.core.proposal import (
     Sparse,
     cat_rows,
     draw,
+    sparse_argmax,
     stack_rows,
     warp,
 )
@@ -208,6 +209,39 @@ def test_greedy_argmax_of_a_sparse_mixture_may_lie_off_its_support():
     assert q.argmax().tolist() == [1]  # off the support, 0.8 * 0.5 = 0.4 ties id 2: lowest id
     q = Sparse(torch.tensor([[2]]), torch.tensor([[0.7]]), torch.tensor([0.5]), base)
     assert q.argmax().tolist() == [2]
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_sparse_rows_from_arrays_and_their_compiled_argmax_equal_the_tensor_form(seed):
+    """from_arrays with sparse_argmax (the model-free drafters' builder: the argmax compiled,
+    the tensors built when read) gives the rows and the argmax that the tensor form computes,
+    with ties, empty and zero rows, sliced and concatenated."""
+    rng = np.random.default_rng(seed)
+    ref = random_sparse(rng, 6, 9, 4, zero_rows={2})
+    support, values, lam = ref.support, ref.values.clone(), ref.lam
+    values[0, :1] = lam[0] * ref.base.probs[ref.base.top]  # a tie with the base
+    b = ref.base.numpy
+    top = [sparse_argmax(support[j][support[j] >= 0].numpy(),
+                         values[j][support[j] >= 0].double().numpy(), float(lam[j]), b,
+                         ref.base.top) for j in range(6)]
+    got = Sparse.from_arrays(support.numpy(), values.double().numpy(), lam.double().numpy(),
+                             np.array(top), ref.base)
+    assert got._arrays is None  # nothing built yet
+    want = Sparse(support, values, lam, ref.base)
+    assert got.argmax().tolist() == want.argmax().tolist()
+    assert got._arrays is None and want.argmax()[2] == -1
+    torch.testing.assert_close(got.dense(), want.dense())
+    assert got.positions(slice(1, 3)).argmax().tolist() == want.argmax()[1:3].tolist()
+    assert cat_rows([got, got]).argmax().tolist() == want.argmax().tolist() * 2
+    # values apart in float64 but one float32: the tensors tie, so the lowest id wins
+    uniform = Base(torch.full((4,), 0.25))
+    assert sparse_argmax(np.array([1, 2]), np.array([0.3, 0.3 + 1e-9]), 0.0, uniform.numpy,
+                         uniform.top) == 1
+    assert Sparse(torch.tensor([[1, 2]]), torch.tensor([[0.3, 0.3 + 1e-9]]), torch.zeros(1),
+                  uniform).argmax().tolist() == [1]
+    with pytest.raises(ValueError, match="float32 base"):
+        Sparse.from_arrays(np.zeros((1, 0), np.int64), np.zeros((1, 0)), np.ones(1),
+                           np.zeros(1), Base(torch.full((4,), 0.25, dtype=torch.float64)))
 
 
 def test_draws_from_every_form_follow_q():

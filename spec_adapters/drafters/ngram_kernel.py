@@ -1,0 +1,184 @@
+"""The n-gram drafters' inner loop, compiled (numba): Witten-Bell rows and their argmax.
+
+:class:`~spec_adapters.drafters.ngram.NGramDrafter` and
+:class:`~spec_adapters.drafters.ngram.PromptLookupDrafter` spend a round predicting the next
+token at a few positions of one context: per position, a binary search per order in the
+corpus tables, a scan of the query's own tokens for earlier occurrences of its last ``n``
+tokens, and the interpolated mixture over the union of what followed. In Python or numpy each
+of these small steps costs microseconds of interpreter and call overhead, and tens of them
+after a target forward has flushed the caches; compiled, a whole round of a drafter is one
+call (vLLM's own n-gram proposer is numba-compiled for the same reason).
+
+:func:`witten_bell_rows` is the model of :mod:`spec_adapters.drafters.ngram` (its docstring
+has the recursion); each row's argmax is :func:`spec_adapters.core.proposal.sparse_argmax`,
+:meth:`~spec_adapters.core.proposal.Sparse.argmax` on the values as the tensors hold them.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+from spec_adapters.core.proposal import sparse_argmax
+
+__all__ = ["greedy_draft", "witten_bell_rows"]
+
+
+@njit(cache=True)
+def _find(keys: np.ndarray, lo: int, hi: int, key: np.uint64) -> int:
+    """Index of ``key`` in the sorted ``keys[lo:hi]``, or -1."""
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if keys[mid] < key:
+            lo = mid + 1
+        else:
+            hi = mid
+    return lo if lo < keys.size and keys[lo] == key else -1
+
+
+@njit(cache=True)
+def witten_bell_rows(ctx: np.ndarray, ends: np.ndarray, order: int, hash_base: np.uint64,
+                     keys: np.ndarray, key_at: np.ndarray, lo: np.ndarray, hi: np.ndarray,
+                     toks: np.ndarray, counts: np.ndarray, totals: np.ndarray,
+                     own_weight: float, abstain: bool, base: np.ndarray, top: int,
+                     scratch: np.ndarray, stamp: np.ndarray, out_tok: np.ndarray,
+                     out_val: np.ndarray, out_n: np.ndarray, out_lam: np.ndarray,
+                     out_top: np.ndarray) -> None:
+    """Witten-Bell rows of one drafter after ``ctx[:ends[r]]``, for every ``r``.
+
+    Parameters
+    ----------
+    ctx : int64 array
+        The context (prompt, verified tokens, and drafts when proposing).
+    ends : int64 array
+        ``m`` context lengths to predict after.
+    order : int
+        Longest context length ``n`` used.
+    hash_base : uint64
+        ``V + 1``: order-``n`` contexts hash to ``sum_j t_j base^(n-1-j)`` (mod 2^64).
+    keys, key_at, lo, hi, toks, counts, totals
+        The corpus tables, orders concatenated: order ``n``'s sorted keys are
+        ``keys[key_at[n-1]:key_at[n]]``; context ``i`` is followed by ``toks[lo[i]:hi[i]]``
+        with ``counts``, their sum ``totals[i]``. Empty tables: no corpus.
+    own_weight : float
+        Weight of one occurrence in ``ctx`` itself (0: the corpus alone).
+    abstain : bool
+        A position matched at no order is the zero row (else the base alone).
+    base, top
+        The float32 base distribution and its top token.
+    scratch, stamp
+        Work arrays: ``V`` float64 zeros (left as found) and ``V + 1`` int64 stamps (the last
+        one the running stamp).
+    out_tok, out_val, out_n, out_lam, out_top
+        Per row: support (sorted, first ``out_n[r]`` entries of ``(m, S)``), values (float64,
+        the base term included), ``lam`` and argmax (:func:`sparse_argmax`).
+
+    The levels follow the module docstring of :mod:`spec_adapters.drafters.ngram`: order
+    ``n`` counts while its context is found in the corpus or in ``ctx`` (each source stops at
+    its first miss), the longest order's factors weigh the shorter ones.
+    """
+    cap = out_tok.shape[1]  # >= every row's entries: order * (longest stored row + len(ctx))
+    lvl_tok = np.empty(cap, np.int64)
+    lvl_cnt = np.empty(cap, np.float64)
+    lvl_start = np.zeros(order + 1, np.int64)
+    lvl_T = np.zeros(order, np.float64)
+    lvl_C = np.zeros(order, np.float64)
+    tick = stamp[-1]  # the last entry keeps the running stamp
+    for r in range(ends.size):
+        E = ends[r]
+        key = np.uint64(0)
+        power = np.uint64(1)
+        corpus_alive = keys.size > 0
+        own_alive = own_weight > 0
+        levels = 0
+        for n in range(1, min(order, E) + 1):
+            key = key + np.uint64(ctx[E - n]) * power
+            power = power * hash_base
+            at = -1
+            if corpus_alive:
+                at = _find(keys, key_at[n - 1], key_at[n], key)
+                corpus_alive = at >= 0
+            w = lvl_start[levels]
+            distinct, total, own_found = 0, 0.0, False
+            tick += 1
+            if corpus_alive:
+                for s in range(lo[at], hi[at]):
+                    lvl_tok[w] = toks[s]
+                    lvl_cnt[w] = counts[s]
+                    stamp[toks[s]] = tick
+                    w += 1
+                distinct += hi[at] - lo[at]
+                total += totals[at]
+            if own_alive:
+                for i in range(n, E):  # earlier windows ctx[i-n:i] equal to the last n tokens
+                    same = True
+                    for j in range(n - 1, -1, -1):  # the last token first: it rarely matches
+                        if ctx[i - n + j] != ctx[E - n + j]:
+                            same = False
+                            break
+                    if same:
+                        t = ctx[i]
+                        lvl_tok[w] = t
+                        lvl_cnt[w] = own_weight
+                        w += 1
+                        total += own_weight
+                        own_found = True
+                        if stamp[t] != tick:
+                            stamp[t] = tick
+                            distinct += 1
+                own_alive = own_found
+            if not corpus_alive and not own_alive:
+                break
+            lvl_T[levels], lvl_C[levels] = distinct, total
+            levels += 1
+            lvl_start[levels] = w
+        # the mixture: the longest order first (mu_n needs the factors above it)
+        factor, S = 1.0, 0
+        tick += 1
+        for lv in range(levels - 1, -1, -1):
+            scale = lvl_C[lv] + lvl_T[lv]
+            w = factor / scale
+            for s in range(lvl_start[lv], lvl_start[lv + 1]):
+                t = lvl_tok[s]
+                if stamp[t] != tick:
+                    stamp[t] = tick
+                    out_tok[r, S] = t
+                    S += 1
+                scratch[t] += lvl_cnt[s] * w
+            factor *= lvl_T[lv] / scale
+        lam = 0.0 if (abstain and levels == 0) else factor
+        row = np.sort(out_tok[r, :S])
+        for s in range(S):
+            t = row[s]
+            out_tok[r, s] = t
+            out_val[r, s] = lam * base[t] + scratch[t]
+            scratch[t] = 0.0
+        out_n[r] = S
+        out_lam[r] = lam
+        out_top[r] = sparse_argmax(row, out_val[r, :S], lam, base, top)
+    stamp[-1] = tick
+
+
+@njit(cache=True)
+def greedy_draft(ctx: np.ndarray, n: int, k: int, order: int, hash_base: np.uint64,
+                 keys: np.ndarray, key_at: np.ndarray, lo: np.ndarray, hi: np.ndarray,
+                 toks: np.ndarray, counts: np.ndarray, totals: np.ndarray, own_weight: float,
+                 abstain: bool, base: np.ndarray, top: int, scratch: np.ndarray,
+                 stamp: np.ndarray, out_tok: np.ndarray, out_val: np.ndarray) -> int:
+    """Greedy drafting in one call: up to ``k`` tokens, each the argmax of the row after
+    ``ctx[:n + j]`` (:func:`witten_bell_rows`), written to ``ctx[n:n + j]``; stops where the
+    drafter abstains. Returns the number drafted. ``ctx`` needs room for ``n + k`` tokens;
+    ``out_tok`` / ``out_val`` are one row of work space as wide as the widest row."""
+    ends = np.empty(1, np.int64)
+    out_n = np.empty(1, np.int64)
+    out_lam = np.empty(1, np.float64)
+    out_top = np.empty(1, np.int64)
+    for j in range(k):
+        ends[0] = n + j
+        witten_bell_rows(ctx, ends, order, hash_base, keys, key_at, lo, hi, toks, counts,
+                         totals, own_weight, abstain, base, top, scratch, stamp, out_tok,
+                         out_val, out_n, out_lam, out_top)
+        if out_top[0] < 0:
+            return j
+        ctx[n + j] = out_top[0]
+    return k
