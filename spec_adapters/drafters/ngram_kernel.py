@@ -21,19 +21,21 @@ from numba import njit
 
 from spec_adapters.core.proposal import sparse_argmax
 
-__all__ = ["greedy_draft", "witten_bell_rows"]
+__all__ = ["greedy_draft", "longest_match_draft", "warm_up", "witten_bell_rows"]
 
 
 @njit(cache=True)
 def _find(keys: np.ndarray, lo: int, hi: int, key: np.uint64) -> int:
-    """Index of ``key`` in the sorted ``keys[lo:hi]``, or -1."""
+    """Index of ``key`` in the sorted ``keys[lo:hi]``, or -1 (never past ``hi``: the next
+    order's keys follow, and a key of another length can equal this one)."""
+    end = hi
     while lo < hi:
         mid = (lo + hi) // 2
         if keys[mid] < key:
             lo = mid + 1
         else:
             hi = mid
-    return lo if lo < keys.size and keys[lo] == key else -1
+    return lo if lo < end and keys[lo] == key else -1
 
 
 @njit(cache=True)
@@ -182,3 +184,85 @@ def greedy_draft(ctx: np.ndarray, n: int, k: int, order: int, hash_base: np.uint
             return j
         ctx[n + j] = out_top[0]
     return k
+
+
+@njit(cache=True)
+def longest_match_draft(ctx: np.ndarray, n0: int, k: int, order: int, hash_base: np.uint64,
+                        keys: np.ndarray, key_at: np.ndarray, lo: np.ndarray, hi: np.ndarray,
+                        toks: np.ndarray, counts: np.ndarray, own_weight: float,
+                        scratch: np.ndarray, touched: np.ndarray) -> int:
+    """The vLLM proposer's n-gram rule, compiled: up to ``k`` tokens after ``ctx[:n0]``, each
+    the most frequent continuation (lowest id on ties) at the longest order ``n`` whose last
+    ``n`` tokens occur in the corpus or earlier in the context (the corpus counts plus
+    ``own_weight`` per earlier occurrence), written to ``ctx[n0:]``; stops where no order
+    matches. Returns the number drafted. ``scratch`` is ``V`` float64 zeros (left as found),
+    ``touched`` int64 work space of ``widest row + len(ctx)`` entries."""
+    for j in range(k):
+        L = n0 + j
+        drafted = False
+        for n in range(min(order, L), 0, -1):
+            key = np.uint64(0)
+            for i in range(n):
+                key = key * hash_base + np.uint64(ctx[L - n + i])
+            at = _find(keys, key_at[n - 1], key_at[n], key) if keys.size > 0 else -1
+            m = 0
+            if at >= 0:
+                for s in range(lo[at], hi[at]):
+                    if scratch[toks[s]] == 0.0:
+                        touched[m] = toks[s]
+                        m += 1
+                    scratch[toks[s]] += counts[s]
+            if own_weight > 0:
+                for s in range(L - n):  # earlier windows ctx[s:s+n] equal to the last n tokens
+                    same = True
+                    for i in range(n - 1, -1, -1):
+                        if ctx[s + i] != ctx[L - n + i]:
+                            same = False
+                            break
+                    if same:
+                        t = ctx[s + n]
+                        if scratch[t] == 0.0:
+                            touched[m] = t
+                            m += 1
+                        scratch[t] += own_weight
+            if m == 0:
+                continue
+            best_t, best_v = -1, -1.0
+            for s in range(m):
+                t = touched[s]
+                if scratch[t] > best_v or (scratch[t] == best_v and t < best_t):
+                    best_t, best_v = t, scratch[t]
+                scratch[t] = 0.0
+            ctx[L] = best_t
+            drafted = True
+            break
+        if not drafted:
+            return j
+    return k
+
+
+_WARM = False
+
+
+def warm_up() -> None:
+    """Compile (or load from numba's cache) every kernel of this module now, once per process.
+
+    The drafters call it when built, so the first draft of a query is not the one that pays
+    the compilation (seconds on a fresh install): a cost-aware learner measuring drafting time
+    would otherwise charge that drafter for it over many rounds."""
+    global _WARM
+    if _WARM:
+        return
+    ctx = np.zeros(4, np.int64)
+    keys, at = np.zeros(0, np.uint64), np.zeros(2, np.int64)
+    rows, none = np.zeros(0, np.int64), np.zeros(0)
+    base = np.ones(2, np.float32) / 2
+    work = (np.zeros(2), np.zeros(3, np.int64), np.full((1, 8), -1, np.int64), np.zeros((1, 8)))
+    witten_bell_rows(ctx, np.array([2]), 1, np.uint64(3), keys, at, rows, rows, rows, none, none,
+                     1.0, True, base, 0, *work, np.zeros(1, np.int64), np.zeros(1),
+                     np.zeros(1, np.int64))
+    greedy_draft(ctx, 2, 1, 1, np.uint64(3), keys, at, rows, rows, rows, none, none, 1.0, True,
+                 base, 0, *work)
+    longest_match_draft(ctx, 2, 1, 1, np.uint64(3), keys, at, rows, rows, rows, none, 1.0,
+                        np.zeros(2), np.zeros(8, np.int64))
+    _WARM = True

@@ -1,4 +1,4 @@
-"""Model-free point-mass drafters over a request's token buffer (numpy only).
+"""Model-free point-mass drafters over a request's token buffer (numpy; the n-gram rule compiled).
 
 vLLM hands a custom proposer token buffers, not distributions, and verifies a draft that has
 no probabilities as a point mass (``q(x) = 1``). A *point-mass drafter* is a deterministic
@@ -30,15 +30,14 @@ from pathlib import Path
 
 import numpy as np
 
+from spec_adapters.drafters.ngram import NGramTables
+from spec_adapters.drafters.ngram_kernel import longest_match_draft, warm_up
 from spec_adapters.drafters.suffix import MAX_DEPTH, MAX_TOKENS, SuffixIndex, SuffixRule
 from spec_adapters.store.integrity import CacheError, expect_digests, verify_files
 from spec_adapters.store.keys import entry_key
 from spec_adapters.vllm.pool_settings import NGramPoolSettings
 
 __all__ = ["CorpusNGram", "PromptLookup", "SuffixDraft", "load_pool_folder"]
-
-_MASK64 = (1 << 64) - 1
-
 
 class PromptLookup:
     """Copy the continuation of the most recent earlier occurrence of the last ``n`` tokens.
@@ -84,7 +83,8 @@ class CorpusNGram:
     or earlier in the request (prompt, output, drafts so far) decides: the next-token counts
     of the corpus plus ``context_weight`` times those of the request, argmax (ties: the lowest
     id). This is the greedy form of ``NGramDrafter(context_weight=...)``'s interpolation at its
-    longest matched order.
+    longest matched order; it runs compiled
+    (:func:`spec_adapters.drafters.ngram_kernel.longest_match_draft`).
 
     Parameters
     ----------
@@ -104,23 +104,14 @@ class CorpusNGram:
         if not 0 <= context_weight < float("inf"):
             raise ValueError(f"context_weight must be finite and >= 0, got {context_weight!r}")
         self.context_weight = float(context_weight)
-        self.tables = [(np.asarray(k, np.uint64), np.asarray(o, np.int64),
-                        np.asarray(t, np.int64), np.asarray(c, np.float64))
-                       for k, o, t, c in tables]
-        self.order = len(self.tables)
+        self.tables = NGramTables.of([(np.asarray(k, np.uint64), np.asarray(o, np.int64),
+                                       np.asarray(t, np.int64), np.asarray(c, np.float64))
+                                      for k, o, t, c in tables], len(tables))
+        self.order = len(tables)
         self.vocab_size = int(vocab_size)
-        self.base = self.vocab_size + 1
         self.name = name
-        # the most frequent next token of every stored context, per order (ties: lowest id)
-        self._best = [self._argmax_rows(o, t, c) for _k, o, t, c in self.tables]
-
-    @staticmethod
-    def _argmax_rows(offsets: np.ndarray, toks: np.ndarray, counts: np.ndarray) -> np.ndarray:
-        best = np.empty(len(offsets) - 1, np.int64)
-        for r in range(len(best)):
-            a, b = offsets[r], offsets[r + 1]
-            best[r] = toks[a + int(np.argmax(counts[a:b]))]  # toks sorted within a context
-        return best
+        self._scratch = np.zeros(self.vocab_size)
+        warm_up()  # compiled at engine start, not within the first request's timed steps
 
     @classmethod
     def load(cls, path: str | Path) -> CorpusNGram:
@@ -135,58 +126,25 @@ class CorpusNGram:
         return cls(tables, int(meta["vocab_size"]), str(meta.get("name", Path(path).stem)),
                    float(meta.get("context_weight", 0.0)))
 
-    def _key(self, context) -> np.uint64:
-        key = 0
-        for t in context:
-            key = (key * self.base + int(t)) & _MASK64
-        return np.uint64(key)
-
-    def _corpus_row(self, context: np.ndarray, n: int) -> int | None:
-        keys = self.tables[n - 1][0]
-        key = self._key(context[-n:])
-        i = int(np.searchsorted(keys, key))
-        return i if i < len(keys) and keys[i] == key else None
-
-    def _next(self, h: np.ndarray) -> int | None:
-        """The next token after the whole context ``h`` (int64), or ``None``."""
-        for n in range(min(self.order, len(h)), 0, -1):
-            row = self._corpus_row(h, n)
-            own = np.zeros(0, np.int64)
-            if self.context_weight > 0 and len(h) > n:
-                hit = np.ones(len(h) - n, dtype=bool)  # windows followed by a token
-                for j in range(n):
-                    hit &= h[j:len(h) - n + j] == h[len(h) - n + j]
-                own = h[np.flatnonzero(hit) + n]
-            if row is None and own.size == 0:
-                continue
-            if own.size == 0:
-                return int(self._best[n - 1][row])
-            _k, o, t, c = self.tables[n - 1]
-            toks = np.concatenate([t[o[row]:o[row + 1]] if row is not None else own[:0], own])
-            w = np.concatenate([c[o[row]:o[row + 1]] if row is not None else np.zeros(0),
-                                np.full(own.size, self.context_weight)])
-            uniq, inv = np.unique(toks, return_inverse=True)
-            return int(uniq[int(np.argmax(np.bincount(inv, weights=w)))])
-        return None
-
     def draft(self, history: np.ndarray, k: int) -> np.ndarray:
         """Up to ``k`` tokens; stops where no context of any order is in the corpus (nor, with
         ``context_weight``, earlier in the request).
 
-        Complexity per token: a binary search per order, plus ``O(L n)`` vectorised
-        comparisons over the request's ``L`` tokens with ``context_weight``.
+        Complexity per token: a binary search per order, plus ``O(L n)`` comparisons over the
+        request's ``L`` tokens with ``context_weight`` (compiled).
         """
         h = np.asarray(history, dtype=np.int64)
         if self.context_weight == 0:
             h = h[-self.order:]  # the corpus alone needs no more
-        out: list[int] = []
-        while len(out) < k:
-            nxt = self._next(h)
-            if nxt is None:
-                break
-            out.append(nxt)
-            h = np.append(h, nxt)
-        return np.asarray(out, np.int64)
+        k = max(int(k), 0)
+        ctx = np.empty(len(h) + k, np.int64)
+        ctx[:len(h)] = h
+        tb = self.tables
+        touched = np.empty(tb.widest + len(ctx) + 1, np.int64)
+        j = longest_match_draft(ctx, len(h), k, self.order, np.uint64(self.vocab_size + 1),
+                                tb.keys, tb.key_at, tb.lo, tb.hi, tb.toks, tb.counts,
+                                self.context_weight, self._scratch, touched)
+        return ctx[len(h):len(h) + j].copy()
 
 
 class SuffixDraft:
