@@ -94,7 +94,7 @@ def solve_normalhedge_scale(R: np.ndarray, v0: float) -> tuple[float, int]:
         else:
             lo = v
         v -= step
-        if not lo < v < hi:
+        if not lo <= v <= hi:  # an end of the bracket may be the root (every a_i 0 or 1: lo)
             v = 0.5 * (lo + hi)
     return v, _MAX_ITER
 

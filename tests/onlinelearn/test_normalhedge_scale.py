@@ -11,7 +11,7 @@ import math
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
 
@@ -44,6 +44,7 @@ regrets = st.one_of(st.just(0.0), st.floats(1e-6, 1e6), st.floats(-1e6, -1e-6))
 @settings(max_examples=200, deadline=None)
 @given(R=arrays(np.float64, st.integers(1, 40), elements=regrets),
        v0=st.floats(0.0, 30.0), tiny=st.booleans())
+@example(R=np.array([0.0] * 8 + [1.0] * 27), v0=2.0, tiny=False)  # the root is the bracket's end
 def test_scale_matches_brentq_from_any_warm_start_in_few_iterations(R, v0, tiny):
     """Any regrets, any warm start (even outside the bracket): the same root, <= 6 steps."""
     if tiny:
