@@ -39,6 +39,15 @@ def _find(keys: np.ndarray, lo: int, hi: int, key: np.uint64) -> int:
 
 
 @njit(cache=True)
+def _same_window(ctx: np.ndarray, a: int, b: int, n: int) -> bool:
+    """``ctx[a:a+n] == ctx[b:b+n]``, the last token first (it rarely matches)."""
+    for j in range(n - 1, -1, -1):  # noqa: SIM110 - numba compiles loops, not generators
+        if ctx[a + j] != ctx[b + j]:
+            return False
+    return True
+
+
+@njit(cache=True)
 def witten_bell_rows(ctx: np.ndarray, ends: np.ndarray, order: int, hash_base: np.uint64,
                      keys: np.ndarray, key_at: np.ndarray, lo: np.ndarray, hi: np.ndarray,
                      toks: np.ndarray, counts: np.ndarray, totals: np.ndarray,
@@ -113,12 +122,7 @@ def witten_bell_rows(ctx: np.ndarray, ends: np.ndarray, order: int, hash_base: n
                 total += totals[at]
             if own_alive:
                 for i in range(n, E):  # earlier windows ctx[i-n:i] equal to the last n tokens
-                    same = True
-                    for j in range(n - 1, -1, -1):  # the last token first: it rarely matches
-                        if ctx[i - n + j] != ctx[E - n + j]:
-                            same = False
-                            break
-                    if same:
+                    if _same_window(ctx, i - n, E - n, n):
                         t = ctx[i]
                         lvl_tok[w] = t
                         lvl_cnt[w] = own_weight
@@ -214,12 +218,7 @@ def longest_match_draft(ctx: np.ndarray, n0: int, k: int, order: int, hash_base:
                     scratch[toks[s]] += counts[s]
             if own_weight > 0:
                 for s in range(L - n):  # earlier windows ctx[s:s+n] equal to the last n tokens
-                    same = True
-                    for i in range(n - 1, -1, -1):
-                        if ctx[s + i] != ctx[L - n + i]:
-                            same = False
-                            break
-                    if same:
+                    if _same_window(ctx, s, L - n, n):
                         t = ctx[s + n]
                         if scratch[t] == 0.0:
                             touched[m] = t
