@@ -297,7 +297,7 @@ def _run_engine(python: Path, job: dict, proposer: dict | None, out: Path, threa
                                         ("job.json", "out.jsonl", "proposer.json"))
         job_path.write_text(json.dumps(job))
         cfg_path.write_text(json.dumps(proposer or {}))
-        env = server_env(python, cfg_path)
+        env = server_env(python, cfg_path, threads=threads)
         env["OMP_NUM_THREADS"] = str(threads)
         with open(log_path, "w") as fh:
             rc = subprocess.run([str(python), "-m", "spec_adapters.app.bench_vllm_runner",

@@ -43,6 +43,19 @@ def test_server_env_preloads_intel_openmp_once_and_keeps_set_values(tmp_path):
     assert "LD_PRELOAD" not in env and env["VLLM_CPU_KVCACHE_SPACE"] == "1"
 
 
+def test_server_env_binds_the_engine_threads_to_the_cores_asked_for(tmp_path, monkeypatch):
+    monkeypatch.setattr(serve.os, "cpu_count", lambda: 4)
+    python = tmp_path / "python"
+    assert serve.server_env(python, tmp_path / "c.json", {})["VLLM_CPU_OMP_THREADS_BIND"] == "0-3"
+    assert serve.server_env(python, tmp_path / "c.json", {},
+                            threads=2)["VLLM_CPU_OMP_THREADS_BIND"] == "0-1"
+    assert serve.server_env(python, tmp_path / "c.json", {},
+                            threads=16)["VLLM_CPU_OMP_THREADS_BIND"] == "0-3"  # no more cores
+    kept = {"VLLM_CPU_OMP_THREADS_BIND": "nobind"}
+    env = serve.server_env(python, tmp_path / "c.json", kept)
+    assert env["VLLM_CPU_OMP_THREADS_BIND"] == "nobind"
+
+
 @pytest.fixture
 def target(tmp_path) -> Path:
     folder = tmp_path / "target"
