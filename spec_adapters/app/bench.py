@@ -9,9 +9,10 @@ Sections (each a list of *runs*; one run = one method on one prompt, one JSONL r
               ``hf-prompt-lookup`` (transformers' ``generate(prompt_lookup_num_tokens=K)``,
               lossless when sampling too: a draft token is kept when it equals the target's
               sample), ``target-rows-first`` (the target alone through
-              :class:`~spec_adapters.hf.target.TargetModel`, the rows-first linear layers
-              HedgeSpec verifies with: how much of a speed-up is that layout and not the
-              drafts), ``fixed:<drafter>`` for every pool drafter (``fixed=True``; Table 1; the
+              :class:`~spec_adapters.hf.target.TargetModel`, in the layout HedgeSpec
+              verifies with, rows-first or transformers' own, whichever measures faster on
+              the machine: how much of a speed-up is that layout and not the drafts),
+              ``fixed:<drafter>`` for every pool drafter (``fixed=True``; Table 1; the
               generalist, the specialists and the hindsight oracle are read off these), and
               the policies of :data:`POLICIES`: HedgeSpec ``normalhedge`` (the paper's
               acceptance-only loss, ``K`` drafts per round; also ``hedge`` / ``adahedge``),
@@ -144,8 +145,9 @@ def run_target(model, ids, max_new_tokens: int, temperature: float, seed: int,
 
 def run_target_rows_first(model, ids, max_new_tokens: int, temperature: float, seed: int
                           ) -> dict:
-    """The target alone, one token per step through :class:`TargetModel` (the rows-first
-    twin on CPU), greedy or sampled at ``temperature``; stops after EOS as ``generate``."""
+    """The target alone, one token per step through :class:`TargetModel` (on CPU the
+    rows-first twin where it measures faster), greedy or sampled at ``temperature``; stops
+    after EOS as ``generate``. The record names the layout (``"layout"``)."""
     import torch
 
     from spec_adapters.core.sampling import SamplingConfig
@@ -165,7 +167,8 @@ def run_target_rows_first(model, ids, max_new_tokens: int, temperature: float, s
         nxt = int(p.argmax()) if sampling.greedy else int(torch.multinomial(p, 1, generator=gen))
         new.append(nxt)
     return {"new_tokens": len(new), "target_calls": len(new),
-            "seconds": time.perf_counter() - t, "tokens": new}
+            "seconds": time.perf_counter() - t, "tokens": new,
+            "layout": "transformers" if target.net is model else "rows-first"}
 
 
 # ------------------------------------------------------------------------------------------

@@ -40,8 +40,9 @@ class BenchConfig:
     hf_lookup : bool
         Also transformers' prompt lookup decoding (``K`` tokens), greedy and sampled.
     rows_first_target : bool
-        Also the target alone through the rows-first linear layers HedgeSpec verifies with
-        (``target-rows-first``), greedy and sampled.
+        Also the target alone through the layout HedgeSpec verifies with (rows-first where
+        it measures faster, :class:`~spec_adapters.hf.target.TargetModel`;
+        ``target-rows-first``), greedy and sampled.
     fixed : bool
         Also every pool drafter and baseline fixed, each alone in its decoder (Table 1, and
         the generalist / specialist / router / oracle rows and the regret curves, which are
@@ -132,7 +133,7 @@ PRESETS: dict[str, BenchConfig] = {
                                        router_accuracy_prompts=0, pool_sizes=(),
                                        overhead=False),
     # "The round without waste" (docs/benchmark.md "Speed"): 5 prompts per domain, 256 tokens,
-    # greedy and 0.7; the target (transformers, and ours through the rows-first layers), HF
+    # greedy and 0.7; the target (transformers, and ours in the layout HedgeSpec uses), HF
     # prompt lookup, HedgeSpec cost-aware and MAT-only, the bandits (greedy), every fixed
     # drafter's MAT by replay
     "round": BenchConfig(queries_per_domain=5, sampled_queries_per_domain=5, max_new_tokens=256,

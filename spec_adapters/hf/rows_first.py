@@ -1,13 +1,15 @@
 """Linear layers computed as ``(W X^T)^T`` for the few rows of a decoding step (CPU).
 
-On this project's CPU (2 cores, torch 2.13, float32), ``F.linear(X, W)`` for ``X`` of 1-8 rows
-is slow and its cost is not monotone in the rows: a full SmolLM2-135M forward with the KV cache
-(2 threads) takes ~41 ms for 1 new token, ~71 ms for 2, ~92 ms for 3 and ~61 ms for 5
+On one of this project's 2-core CPUs (torch 2.13, float32), ``F.linear(X, W)`` for ``X`` of
+1-8 rows was slow and its cost not monotone in the rows: a full SmolLM2-135M forward with the
+KV cache (2 threads) took ~41 ms for 1 new token, ~71 ms for 2, ~92 ms for 3 and ~61 ms for 5
 (``benchmarks/verify_cost.py``; docs/decoding.md, "Verification cost"). The same products
 written as one GEMM with the weight on the left, ``torch.mm(W, X^T)^T``, read each weight once
-for all rows: the forward then takes ~27 ms for 1 token (the row duplicated: a 2-column GEMM
-beats the matrix-vector kernel), ~28 ms for 2 and ~38 ms for 5. A decoding step is bound by
-reading the weights, so this is the layout it wants.
+for all rows: the forward then took ~27 ms for 1 token (the row duplicated: a 2-column GEMM
+beat the matrix-vector kernel), ~28 ms for 2 and ~38 ms for 5. On another machine of the same
+kind (an AMX-capable Xeon, the same torch and MKL) it is the other way round: ``F.linear``
+runs 1-5 rows in ~35-54 ms and this layout in ~66-76 ms. Which one a decoder uses is therefore
+measured on the machine (:func:`spec_adapters.hf.target.fastest_net`).
 
 The values are the same products summed in another order: they differ from ``F.linear`` by
 float32 rounding (~3e-5 in the logits of the default target), exactly as a verification pass

@@ -12,13 +12,19 @@ token); the prefix is never recomputed.
 from __future__ import annotations
 
 import inspect
+import logging
+import time
+import weakref
+from collections.abc import Sequence
 
 import torch
 
 from spec_adapters.hf.rows_first import rows_first_twin
 
-__all__ = ["TargetModel", "context_length", "crop_cache", "forward_cached", "new_cache",
-           "output_vocab_size"]
+__all__ = ["TargetModel", "context_length", "crop_cache", "fastest_net", "forward_cached",
+           "new_cache", "output_vocab_size"]
+
+log = logging.getLogger(__name__)
 
 
 def new_cache(model):
@@ -80,6 +86,61 @@ def context_length(model) -> int | None:
     return int(n) if n else None
 
 
+def fastest_net(nets: Sequence[torch.nn.Module], rows: Sequence[int] = (1, 5),
+                context: int = 32, repeats: int = 3) -> tuple[int, list[float]]:
+    """Which of ``nets`` (the same model in different layouts) runs a decoding step fastest
+    here, measured.
+
+    Each net caches ``context`` tokens, then for every ``m`` in ``rows`` runs a forward of
+    ``m`` new tokens ``repeats + 1`` times (the first a warm-up; the cache cropped back after
+    each); its cost is ``sum over m of the fastest of those``. One step of 1 token (plain
+    decoding, a round without a draft) and one of ``K + 1`` (a verification) are what a
+    decoder runs.
+
+    Returns
+    -------
+    (int, list of float)
+        The index of the cheapest net and every net's cost in seconds.
+    """
+    limit = context_length(nets[0])
+    if limit is not None:
+        context = max(1, min(context, limit - max(rows)))
+    ids = torch.arange(context + max(rows)) % output_vocab_size(nets[0])
+    ids = ids.to(next(nets[0].parameters()).device)
+    costs = []
+    for net in nets:
+        kwarg, cache = _cache_kwarg(net), new_cache(net)
+        forward_cached(net, ids[:context], cache, kwarg)
+        cost = 0.0
+        for m in rows:
+            best = float("inf")
+            for i in range(repeats + 1):
+                t = time.perf_counter()
+                forward_cached(net, ids[context:context + m], cache, kwarg)
+                if i:
+                    best = min(best, time.perf_counter() - t)
+                crop_cache(cache, context)
+            cost += best
+        costs.append(cost)
+    return min(range(len(nets)), key=costs.__getitem__), costs
+
+
+# per model: whether its rows-first twin is the faster layout on this machine (measured once)
+_ROWS_FIRST_PAYS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def _rows_first_pays(model) -> bool:
+    """Whether ``model``'s rows-first twin runs decoding steps faster here than ``model``
+    (:func:`fastest_net`, measured once per model and remembered)."""
+    if model not in _ROWS_FIRST_PAYS:
+        best, costs = fastest_net([model, rows_first_twin(model)])
+        _ROWS_FIRST_PAYS[model] = best == 1
+        log.info("verification layout: %s (a 1- and a 5-token step: %.1f ms in transformers' "
+                 "layout, %.1f ms rows-first)", "rows-first" if best else "transformers'",
+                 *(1e3 * c for c in costs))
+    return _ROWS_FIRST_PAYS[model]
+
+
 class TargetModel:
     """A transformers causal LM and its KV cache: ``prefill``, ``verify``, ``crop``.
 
@@ -92,8 +153,12 @@ class TargetModel:
         the cached prompt positions (the features EAGLE heads read); ``None``: no capture.
     rows_first : bool, optional
         Run the forward passes through :func:`~spec_adapters.hf.rows_first.rows_first_twin`
-        (linear layers as ``(W X^T)^T`` for a step's few rows: 1.5-2.5x faster per step on
-        CPU, values equal up to float32 rounding). Default: on a CPU model.
+        (linear layers as ``(W X^T)^T`` for a step's few rows, values equal up to float32
+        rounding). Which layout is faster depends on the CPU and its BLAS: on one 2-core
+        machine here the twin ran a step 1.5-2.5x faster, on another 1.5-2x slower
+        (docs/decoding.md). Default (``None``): on a CPU model, whichever
+        :func:`fastest_net` measures faster, once per model and process (~1 s for the
+        default target); on other devices the model itself.
 
     Attributes
     ----------
@@ -113,7 +178,7 @@ class TargetModel:
         self.max_length = context_length(model)
         self.device = next(model.parameters()).device
         if rows_first is None:
-            rows_first = self.device.type == "cpu"
+            rows_first = self.device.type == "cpu" and _rows_first_pays(self.model)
         self.net = rows_first_twin(self.model) if rows_first else self.model
         self._kwarg = _cache_kwarg(model)
         self.cache = None

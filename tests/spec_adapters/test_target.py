@@ -30,12 +30,13 @@ def test_verify_after_crop_equals_full_forward(tiny_llama):
         assert target.cached_length == len(seq) - 1
 
 
-def test_prefix_is_never_recomputed(tiny_llama):
+@pytest.mark.parametrize("rows_first", [False, True])
+def test_prefix_is_never_recomputed(tiny_llama, rows_first):
     model = tiny_llama(vocab_size=64, seed=0)
     fed = []
     model.register_forward_pre_hook(lambda m, a, kw: fed.append(kw["input_ids"].shape[1]),
-                                    with_kwargs=True)
-    target = TargetModel(model)
+                                    with_kwargs=True)  # the twin is a copy: it has the hook
+    target = TargetModel(model, rows_first=rows_first)
     target.prefill(torch.arange(3, 13))
     target.verify(torch.tensor([12]), torch.tensor([3, 4, 5]))
     target.crop(11)
