@@ -143,18 +143,19 @@ def run_target(model, ids, max_new_tokens: int, temperature: float, seed: int,
             "seconds": seconds, "tokens": out[0, ids.shape[1]:].tolist()}
 
 
-def run_target_rows_first(model, ids, max_new_tokens: int, temperature: float, seed: int
-                          ) -> dict:
+def run_target_rows_first(model, ids, max_new_tokens: int, temperature: float, seed: int,
+                          compiled: bool = False) -> dict:
     """The target alone, one token per step through :class:`TargetModel` (on CPU the
-    rows-first twin where it measures faster), greedy or sampled at ``temperature``; stops
-    after EOS as ``generate``. The record names the layout (``"layout"``)."""
+    rows-first twin where it measures faster; compiled with ``compiled``), greedy or sampled
+    at ``temperature``; stops after EOS as ``generate``. The record names the layout
+    (``"layout"``, ``" compiled"`` appended when compiled)."""
     import torch
 
     from spec_adapters.core.sampling import SamplingConfig
     from spec_adapters.decoding.loop import check_eos
     from spec_adapters.hf.target import TargetModel
 
-    target, sampling = TargetModel(model), SamplingConfig(temperature)
+    target, sampling = TargetModel(model, compiled=compiled), SamplingConfig(temperature)
     eos = check_eos(model.generation_config.eos_token_id, target.vocab_size)
     gen = torch.Generator().manual_seed(seed)
     t = time.perf_counter()
@@ -168,7 +169,8 @@ def run_target_rows_first(model, ids, max_new_tokens: int, temperature: float, s
         new.append(nxt)
     return {"new_tokens": len(new), "target_calls": len(new),
             "seconds": time.perf_counter() - t, "tokens": new,
-            "layout": "transformers" if target.net is model else "rows-first"}
+            "layout": ("transformers" if target.net is model else "rows-first")
+            + (" compiled" if compiled else "")}
 
 
 # ------------------------------------------------------------------------------------------
@@ -209,16 +211,18 @@ class Records:
 # ------------------------------------------------------------------------------------------
 # the benchmark
 # ------------------------------------------------------------------------------------------
-def _decoder(model, drafters, k, method):
-    """The single-draft decoder of benchmark method ``method`` (a policy or ``fixed:<i>``).
-    Drafters that learn from the stream (the suffix drafter) are copied: each decoder learns
-    only from the queries it decoded itself."""
+def _decoder(model, drafters, k, method, compiled: bool = False):
+    """The single-draft decoder of benchmark method ``method`` (a policy or ``fixed:<i>``),
+    verifying through the compiled target with ``compiled``. Drafters that learn from the
+    stream (the suffix drafter) are copied: each decoder learns only from the queries it
+    decoded itself."""
     from spec_adapters.decoding.chain import HedgeSpecDecoder
+    from spec_adapters.hf.target import TargetModel
 
     policy, cost_aware, carry = DECODER_POLICIES.get(method, (method, False, False))
     drafters = [_own(d) for d in drafters]
-    return HedgeSpecDecoder(model, drafters, draft_length=k, policy=policy,
-                            cost_aware=cost_aware, carry_state=carry)
+    return HedgeSpecDecoder(TargetModel(model, compiled=compiled), drafters, draft_length=k,
+                            policy=policy, cost_aware=cost_aware, carry_state=carry)
 
 
 def _own(drafter):
@@ -334,16 +338,19 @@ def run_bench(model, tokenizer, pool, domains: dict, cfg: BenchConfig, out_dir,
             rec |= run_target(model, ids, cfg.max_new_tokens, temp, seed,
                               prompt_lookup=cfg.draft_length)
         elif method == "target-rows-first":
-            rec |= run_target_rows_first(model, ids, cfg.max_new_tokens, temp, seed)
+            rec |= run_target_rows_first(model, ids, cfg.max_new_tokens, temp, seed,
+                                         cfg.compile_target)
         elif method == "router":
             name = pool.router.predict([q.prompt])[0] if pool.router is not None else None
             i = pool.specialist(name) if name else pool.generalist
-            rec |= run_decoder(_decoder(model, pool.drafters, cfg.draft_length, f"fixed:{i}"),
+            rec |= run_decoder(_decoder(model, pool.drafters, cfg.draft_length, f"fixed:{i}",
+                                        cfg.compile_target),
                                ids, cfg.max_new_tokens, temp, seed)
             rec["routed_to"] = name
             rec["seconds"] += router_ms.get("per_prompt_s", 0.0)
         elif section == "poolsize":
-            rec |= run_decoder(_decoder(model, _sized_pool(pool, n), cfg.draft_length, method),
+            rec |= run_decoder(_decoder(model, _sized_pool(pool, n), cfg.draft_length, method,
+                                        cfg.compile_target),
                                ids, cfg.max_new_tokens, temp, seed)
         elif method.startswith("fixed:") and cfg.replay_fixed and temp == 0.0:
             if method not in decoders:  # one drafter per method, kept along the stream
@@ -354,9 +361,11 @@ def run_bench(model, tokenizer, pool, domains: dict, cfg: BenchConfig, out_dir,
             if method not in decoders:
                 if method.startswith("fixed:"):  # the drafter alone, as a user would run it
                     decoders[method] = _decoder(model, [_fixed_drafter(pool, method[6:])],
-                                                cfg.draft_length, "fixed:0")
+                                                cfg.draft_length, "fixed:0",
+                                                cfg.compile_target)
                 else:
-                    decoders[method] = _decoder(model, pool.drafters, cfg.draft_length, method)
+                    decoders[method] = _decoder(model, pool.drafters, cfg.draft_length, method,
+                                                cfg.compile_target)
             rec |= run_decoder(decoders[method], ids, cfg.max_new_tokens, temp, seed)
         rec["cpu_seconds"] = time.process_time() - cpu0
         records.add(rec)

@@ -43,6 +43,11 @@ class BenchConfig:
         Also the target alone through the layout HedgeSpec verifies with (rows-first where
         it measures faster, :class:`~spec_adapters.hf.target.TargetModel`;
         ``target-rows-first``), greedy and sampled.
+    compile_target : bool
+        HedgeSpec's decoders and ``target-rows-first`` verify through the target compiled
+        (:func:`~spec_adapters.hf.target.compiled_step`: ``torch.compile``, ~3 min once per
+        process for the default target, before anything is timed); the transformers
+        baselines (``target``, ``hf-prompt-lookup``) run ``model.generate`` as a user would.
     fixed : bool
         Also every pool drafter and baseline fixed, each alone in its decoder (Table 1, and
         the generalist / specialist / router / oracle rows and the regret curves, which are
@@ -74,6 +79,7 @@ class BenchConfig:
     sampled_policies: tuple[str, ...] = ("normalhedge", "exp3spec", "ucbspec")
     hf_lookup: bool = True
     rows_first_target: bool = False
+    compile_target: bool = False
     fixed: bool = True
     sampled_fixed: bool = True
     replay_fixed: bool = False
@@ -133,14 +139,15 @@ PRESETS: dict[str, BenchConfig] = {
                                        router_accuracy_prompts=0, pool_sizes=(),
                                        overhead=False),
     # "The round without waste" (docs/benchmark.md "Speed"): 5 prompts per domain, 256 tokens,
-    # greedy and 0.7; the target (transformers, and ours in the layout HedgeSpec uses), HF
-    # prompt lookup, HedgeSpec cost-aware and MAT-only, the bandits (greedy), every fixed
-    # drafter's MAT by replay
+    # greedy and 0.7; the target (transformers, and ours in the layout HedgeSpec uses,
+    # compiled), HF prompt lookup, HedgeSpec cost-aware and MAT-only, the bandits (greedy),
+    # every fixed drafter's MAT by replay
     "round": BenchConfig(queries_per_domain=5, sampled_queries_per_domain=5, max_new_tokens=256,
                          policies=("normalhedge-cost", "normalhedge", "exp3spec", "ucbspec",
                                    "metasd-ucb"),
                          sampled_policies=("normalhedge-cost", "normalhedge"),
-                         rows_first_target=True, replay_fixed=True, sampled_fixed=False,
+                         rows_first_target=True, compile_target=True, replay_fixed=True,
+                         sampled_fixed=False,
                          variant_queries_per_domain=0, router_accuracy_prompts=0,
                          pool_sizes=(), overhead=False),
     # every method and section: 5 prompts per domain, greedy and 0.7 on the same prompts, 256

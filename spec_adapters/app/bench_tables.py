@@ -17,7 +17,7 @@ LABELS = {"target": "target alone", "generalist": "generalist (n-gram, mix)",
           "hedge": "HedgeSpec (Hedge)", "adahedge": "HedgeSpec (AdaHedge)",
           "normalhedge-carry": "HedgeSpec (NormalHedge, carried across the stream)",
           "oracle": "hindsight oracle", "hf-prompt-lookup": "HF prompt lookup",
-          "target-rows-first": "target alone, our step (layout measured)",
+          "target-rows-first": "target alone, our step (layout measured; compiled where set)",
           "fixed:ngram-union": "union n-gram (all domains)", "fixed:suffix": "suffix drafter",
           "fixed:prompt-lookup": "prompt lookup (ours)",
           "fixed:suffix-no-memory": "suffix drafter without the stream memory"}

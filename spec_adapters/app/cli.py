@@ -265,6 +265,11 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--fixed", action=argparse.BooleanOptionalAction, default=None,
                    help="also run every pool drafter fixed (Table 1, generalist, specialist, "
                         "router, oracle; default: the preset's, off for speed)")
+    s.add_argument("--compile", action=argparse.BooleanOptionalAction, default=None,
+                   help="HedgeSpec verifies through the target compiled with torch.compile "
+                        "(~3 min once per run for the default target, before anything is "
+                        "timed; the transformers baselines stay as a user runs them; "
+                        "default: the preset's, on for round)")
     s.add_argument("--queries-per-domain", type=int_arg(1), default=None)
     s.add_argument("--max-new-tokens", type=int_arg(1), default=None)
     s.add_argument("--draft-length", type=int_arg(1), default=None, help="K (default 4)")

@@ -5,6 +5,7 @@ stream and its comparison table)."""
 from __future__ import annotations
 
 import argparse
+import os
 import time
 from pathlib import Path
 
@@ -34,7 +35,9 @@ def cmd_bench(args: argparse.Namespace) -> int:
     setup_threads(args.threads)
     cfg = with_overrides(PRESETS[args.preset], queries_per_domain=args.queries_per_domain,
                          max_new_tokens=args.max_new_tokens, draft_length=args.draft_length,
-                         fixed=args.fixed)
+                         fixed=args.fixed, compile_target=args.compile)
+    if cfg.compile_target:  # inductor's compiled graphs kept with the cache: a re-run reuses them
+        os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", str(Path(args.cache_dir) / "inductor"))
     model, tok = target_from_args(args)
     domains = prepared_domains(args)
     need_router = cfg.variant_queries_per_domain > 0 and not args.no_router
