@@ -324,6 +324,10 @@ def run_bench(model, tokenizer, pool, domains: dict, cfg: BenchConfig, out_dir,
             router_ms = _router_section(pool, domains, cfg, out)
         routes = _routes(pool, stream, out)
     decoders: dict = {}
+
+    def decoder(drafters, method):  # every decoder of this run: its K, its (un)compiled step
+        return _decoder(model, drafters, cfg.draft_length, method, cfg.compile_target)
+
     bar = tqdm(todo, desc="benchmark", unit="run", disable=not progress)
     for section, q, temp, method, n in bar:
         bar.set_postfix_str(f"{section} {q.qid} t={temp} {method}" + (f" N={n}" if n else ""))
@@ -343,15 +347,13 @@ def run_bench(model, tokenizer, pool, domains: dict, cfg: BenchConfig, out_dir,
         elif method == "router":
             name = pool.router.predict([q.prompt])[0] if pool.router is not None else None
             i = pool.specialist(name) if name else pool.generalist
-            rec |= run_decoder(_decoder(model, pool.drafters, cfg.draft_length, f"fixed:{i}",
-                                        cfg.compile_target),
-                               ids, cfg.max_new_tokens, temp, seed)
+            rec |= run_decoder(decoder(pool.drafters, f"fixed:{i}"), ids, cfg.max_new_tokens,
+                               temp, seed)
             rec["routed_to"] = name
             rec["seconds"] += router_ms.get("per_prompt_s", 0.0)
         elif section == "poolsize":
-            rec |= run_decoder(_decoder(model, _sized_pool(pool, n), cfg.draft_length, method,
-                                        cfg.compile_target),
-                               ids, cfg.max_new_tokens, temp, seed)
+            rec |= run_decoder(decoder(_sized_pool(pool, n), method), ids, cfg.max_new_tokens,
+                               temp, seed)
         elif method.startswith("fixed:") and cfg.replay_fixed and temp == 0.0:
             if method not in decoders:  # one drafter per method, kept along the stream
                 decoders[method] = _own(_fixed_drafter(pool, method[6:]))
@@ -360,12 +362,9 @@ def run_bench(model, tokenizer, pool, domains: dict, cfg: BenchConfig, out_dir,
         else:
             if method not in decoders:
                 if method.startswith("fixed:"):  # the drafter alone, as a user would run it
-                    decoders[method] = _decoder(model, [_fixed_drafter(pool, method[6:])],
-                                                cfg.draft_length, "fixed:0",
-                                                cfg.compile_target)
+                    decoders[method] = decoder([_fixed_drafter(pool, method[6:])], "fixed:0")
                 else:
-                    decoders[method] = _decoder(model, pool.drafters, cfg.draft_length, method,
-                                                cfg.compile_target)
+                    decoders[method] = decoder(pool.drafters, method)
             rec |= run_decoder(decoders[method], ids, cfg.max_new_tokens, temp, seed)
         rec["cpu_seconds"] = time.process_time() - cpu0
         records.add(rec)

@@ -45,8 +45,9 @@ class BenchConfig:
         ``target-rows-first``), greedy and sampled.
     compile_target : bool
         HedgeSpec's decoders and ``target-rows-first`` verify through the target compiled
-        (:func:`~spec_adapters.hf.target.compiled_step`: ``torch.compile``, ~3 min once per
-        process for the default target, before anything is timed); the transformers
+        (:func:`~spec_adapters.hf.target.compiled_step`: ``torch.compile``, once per process
+        before anything is timed; ~7 min for the default target with an empty inductor
+        cache, seconds with a full one); the transformers
         baselines (``target``, ``hf-prompt-lookup``) run ``model.generate`` as a user would.
     fixed : bool
         Also every pool drafter and baseline fixed, each alone in its decoder (Table 1, and

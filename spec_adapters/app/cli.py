@@ -267,8 +267,9 @@ def build_parser() -> argparse.ArgumentParser:
                         "router, oracle; default: the preset's, off for speed)")
     s.add_argument("--compile", action=argparse.BooleanOptionalAction, default=None,
                    help="HedgeSpec verifies through the target compiled with torch.compile "
-                        "(~3 min once per run for the default target, before anything is "
-                        "timed; the transformers baselines stay as a user runs them; "
+                        "(once per run, before anything is timed: ~7 min for the default "
+                        "target the first time, seconds once <cache-dir>/inductor holds it; "
+                        "the transformers baselines stay as a user runs them; "
                         "default: the preset's, on for round)")
     s.add_argument("--queries-per-domain", type=int_arg(1), default=None)
     s.add_argument("--max-new-tokens", type=int_arg(1), default=None)
