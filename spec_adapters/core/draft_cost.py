@@ -68,7 +68,7 @@ def _unit_matrix(x, name: str) -> np.ndarray:
     return np.clip(a, 0.0, 1.0)
 
 
-def acceptance_lengths(gamma, rho=None) -> np.ndarray:
+def acceptance_lengths(gamma, rho=None, validate: bool = True) -> np.ndarray:
     """Counterfactual acceptance length of every (drafter, k): ``(N, K + 1)``.
 
     Parameters
@@ -79,14 +79,21 @@ def acceptance_lengths(gamma, rho=None) -> np.ndarray:
     rho : array_like, optional
         ``(N, K)`` realized ratios ``min(1, q(x)/p(x))`` (corrected, unbiased estimator);
         ``None`` uses the paper's product of gammas (exact when greedy, where ``rho = gamma``).
+    validate : bool, default True
+        Check shapes and ranges; ``False`` for statistics already checked where they were
+        produced (the decoders' round tables).
 
     Returns
     -------
     numpy.ndarray
         ``AL[i, k] = 1 + sum_{j<=k} w_ij gamma_ij``, nondecreasing in ``k``, ``AL[:, 0] = 1``.
     """
-    g = _unit_matrix(gamma, "gamma")
-    r = g if rho is None else _unit_matrix(rho, "rho")
+    if validate:
+        g = _unit_matrix(gamma, "gamma")
+        r = g if rho is None else _unit_matrix(rho, "rho")
+    else:
+        g = np.asarray(gamma, dtype=np.float64)
+        r = g if rho is None else np.asarray(rho, dtype=np.float64)
     if r.shape != g.shape:
         raise ValueError(f"rho must have gamma's shape {g.shape}, got {r.shape}")
     w = np.ones_like(g)
@@ -204,7 +211,7 @@ class StepCosts:
 
 
 def expert_losses(gamma, rho=None, costs: np.ndarray | None = None, loss: str = "time",
-                  tau: float | None = None) -> np.ndarray:
+                  tau: float | None = None, validate: bool = True) -> np.ndarray:
     """Loss in [0, 1] of every (drafter, k) expert for one round window, flattened.
 
     Parameters
@@ -220,6 +227,9 @@ def expert_losses(gamma, rho=None, costs: np.ndarray | None = None, loss: str = 
     tau : float, optional
         ``tau_hat``, seconds per generated token to linearise around; default the plain
         step's cost ``min_i c_i(0)``.
+    validate : bool, default True
+        Check ``gamma``, ``rho`` and ``costs`` (``False``: they were checked where produced,
+        as the decoders' round tables and :class:`StepCosts` do).
 
     Returns
     -------
@@ -234,7 +244,7 @@ def expert_losses(gamma, rho=None, costs: np.ndarray | None = None, loss: str = 
     """
     if loss not in LENGTH_LOSSES:
         raise ValueError(f"unknown draft-length loss {loss!r}; expected one of {LENGTH_LOSSES}")
-    al = acceptance_lengths(gamma, rho)
+    al = acceptance_lengths(gamma, rho, validate)
     K = al.shape[1] - 1
     mat = (K + 1 - al) / (K + 1)
     if loss == "mat":
@@ -244,7 +254,7 @@ def expert_losses(gamma, rho=None, costs: np.ndarray | None = None, loss: str = 
     c = np.asarray(costs, dtype=np.float64)
     if c.shape != al.shape:
         raise ValueError(f"costs must have shape {al.shape} (N, K + 1), got {c.shape}")
-    if not np.isfinite(c).all() or (c < 0).any():
+    if validate and (not np.isfinite(c).all() or (c < 0).any()):
         raise ValueError("costs must be finite and >= 0")
     t = float(c[:, 0].min()) if tau is None else float(tau)
     if not np.isfinite(t) or t < 0:

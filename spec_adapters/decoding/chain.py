@@ -13,7 +13,8 @@ its single-draft steps:
 4. **evaluate**: every drafter appends the verified tokens (``extend``, keeping its cache in
    sync) and returns its predictions there, warped to the same forms, giving ``gamma``
    (Theorem 1) and ``rho`` per drafter and position, the drafters of each form together
-   (greedy: one gather per drafter, nothing of the vocabulary's size).
+   (greedy: ``gamma = rho = 1{d = x}`` from each drafter's argmax ``d``, nothing of the
+   vocabulary's size).
 
 Bandit policies (EXP3Spec, UCBSpec) and ``fixed:<i>`` skip step 4: they only need the chosen
 drafter's accepted length, and a drafter catches up on the verified tokens lazily when next
@@ -28,13 +29,16 @@ import torch
 
 from spec_adapters.core.acceptance import acceptance_probability
 from spec_adapters.core.proposal import PointMass, Proposal, Rows, as_rows, warp
-from spec_adapters.core.rounds import position_stats
-from spec_adapters.core.sampling import speculative_accept
+from spec_adapters.core.rounds import greedy_stats, position_stats
+from spec_adapters.core.sampling import SamplingConfig, speculative_accept
 from spec_adapters.decoding.loop import GenerateOutput, Query, RoundLoop, Verdict
 from spec_adapters.drafters import Drafter, as_drafter, check_vocab, expand_drafters
+from spec_adapters.drafters.base import GREEDY_VERB
 from spec_adapters.hf.target import TargetModel
 
 __all__ = ["ChainScheme", "GenerateOutput", "HedgeSpecDecoder"]
+
+GREEDY = SamplingConfig(0.0)
 
 
 def _check_distinct(drafters: list) -> None:
@@ -109,14 +113,19 @@ class ChainScheme:
                        drafted=int(tokens.numel()), block_gamma=block)
 
     def evaluate(self, verdict: Verdict, q: Query, counterfactual: bool
-                 ) -> tuple[torch.Tensor, torch.Tensor] | None:
-        """Every drafter appends the verified tokens; gamma and rho at each of them."""
+                 ) -> tuple | None:
+        """Every drafter appends the verified tokens; gamma, rho and where each abstains, at
+        each of them (greedy: :func:`~spec_adapters.core.rounds.greedy_stats`, numpy)."""
         if not counterfactual:
             return None
-        new = torch.tensor(verdict.tokens, device=verdict.p.device)
+        new = torch.tensor(verdict.tokens)
+        if q.sampling.greedy:  # every q a point mass at its argmax: gamma = rho = 1{d = x}
+            drafts = np.stack([self._extend_argmax(i, new, len(q.seq))
+                               for i in range(len(self.drafters))])
+            return greedy_stats(drafts, new.numpy())
         dists = [warp(self._extend(i, new, len(q.seq)), q.sampling).to(verdict.p.device)
                  for i in range(len(self.drafters))]
-        return position_stats(verdict.p, dists, new)
+        return position_stats(verdict.p, dists, new.to(verdict.p.device))
 
     def stats(self) -> dict:
         return {}
@@ -135,6 +144,22 @@ class ChainScheme:
                              f"tokens must return logits or rows of shape {shape}, got {got}")
         self._synced[i] = synced
         return pred
+
+    def _extend_argmax(self, i: int, tokens: torch.LongTensor, synced: int) -> np.ndarray:
+        """Drafter ``i`` appends ``tokens``; the argmax of its prediction of each (``-1``: it
+        abstains), by its ``extend_argmax`` where it has one, else ``warp(extend, greedy)``."""
+        fast = getattr(self.drafters[i], GREEDY_VERB, None)
+        if fast is None:
+            return warp(self._extend(i, tokens, synced), GREEDY).tokens.cpu().numpy()
+        top = fast(tokens.numpy())
+        if not isinstance(top, np.ndarray) or top.shape != (tokens.numel(),) \
+                or top.dtype.kind not in "iu":
+            got = top.shape if isinstance(top, np.ndarray) else type(top).__name__
+            raise ValueError(f"drafter {self.names[i]!r} (slot {i}): {GREEDY_VERB} of "
+                             f"{tokens.numel()} tokens must return {tokens.numel()} integer "
+                             f"ids, got {got}")
+        self._synced[i] = synced
+        return top
 
     def _check_proposal(self, i: int, k: int, tokens, dists) -> Rows:
         """``propose`` must return ``j <= k`` integer ids in ``[0, V)`` and ``q`` with ``j``

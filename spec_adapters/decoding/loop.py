@@ -9,10 +9,12 @@ One round (HedgeSpec paper, Figure 1; ``docs/architecture.md``):
 3. **verify**: the scheme scores the draft with one target pass and its lossless acceptance
    rule; the loop cuts the new tokens after EOS or at the length limit and streams them;
 4. **evaluate**: the scheme appends the verified tokens to every drafter and returns ``gamma``
-   and ``rho`` per drafter and position (only for full-information policies);
+   and ``rho`` per drafter and position, and where each abstains (only for full-information
+   policies);
 5. **update**: rounds whose window of ``K`` positions is verified are fed their loss vector
    (:class:`~spec_adapters.core.rounds.RoundTable`; cost-aware: every ``(i, k)``'s time loss
-   from the window and the step costs measured online); a bandit or fixed policy is fed the
+   from the window and the step costs measured online, paying for the drafts ``i`` would have
+   made before abstaining); a bandit or fixed policy is fed the
    chosen drafter's loss right away (MetaSD-UCB: from the block's gamma that the scheme's
    ``verify`` computes, :attr:`Verdict.block_gamma`); rounds still open when generation stops,
    or when a step raises, are censored.
@@ -46,7 +48,7 @@ from spec_adapters.core.policies import (
     feedback_of,
     make_policy,
 )
-from spec_adapters.core.rounds import LOSSES, RoundTable, window_loss
+from spec_adapters.core.rounds import LOSSES, RoundTable, Window, window_loss
 from spec_adapters.core.sampling import SamplingConfig
 from spec_adapters.hf.target import TargetModel
 
@@ -221,9 +223,12 @@ class DraftScheme(Protocol):
         the accepted path."""
 
     def evaluate(self, verdict: Verdict, q: Query, counterfactual: bool
-                 ) -> tuple[torch.Tensor, torch.Tensor] | None:
+                 ) -> tuple[torch.Tensor, ...] | None:
         """Append ``verdict.tokens`` (already in ``q.seq``) to the drafters that track the
-        context; with ``counterfactual``, return ``gamma, rho`` ``(N, m)`` at those tokens."""
+        context; with ``counterfactual``, return ``gamma, rho`` ``(N, m)`` at those tokens and,
+        optionally, ``proposes`` ``(N, m)`` bool (``False`` where a drafter abstains;
+        :func:`~spec_adapters.core.rounds.position_stats`), for
+        :meth:`~spec_adapters.core.rounds.RoundTable.record`."""
 
     def stats(self) -> dict[str, Any]:
         """Scheme-specific stats of the query that just ended (may be empty)."""
@@ -469,19 +474,23 @@ class RoundLoop:
                         else bandit_loss(verdict.accepted, self.k))
             return
         q.table.record(*stats)
-        for rid, gamma, rho in q.table.pop_completed():
-            losses = self._window_losses(gamma, rho, q)
-            policy.feed(rid, losses)
-            q.losses.append((rid, losses.tolist()))
+        for window in q.table.pop_completed():
+            losses = self._window_losses(window, q)
+            policy.feed(window.round_id, losses)
+            q.losses.append((window.round_id, losses.tolist()))
 
-    def _window_losses(self, gamma: torch.Tensor, rho: torch.Tensor, q: Query) -> np.ndarray:
+    def _window_losses(self, w: Window, q: Query) -> np.ndarray:
         """One loss per expert from a complete ``(N, K)`` window: per drafter (the paper's
         ``loss``) or, cost-aware, per ``(drafter, k)`` (time per token, Dinkelbach-linearised
-        around the time per token achieved so far)."""
+        around the time per token achieved so far), expert ``(i, k)`` paying for the
+        ``min(k, lengths_i)`` tokens drafter ``i`` would have drafted (it abstains after
+        ``lengths_i``)."""
         if not self.cost_aware:
-            return window_loss(gamma, rho, self.loss, q.table.corrected)
-        return expert_losses(gamma.numpy(), rho.numpy() if q.table.corrected else None,
-                             self.costs.round_costs(), "time", tau=self.costs.time_per_token)
+            return window_loss(w.gamma, w.rho, self.loss, q.table.corrected)
+        drafted = np.minimum(np.arange(self.k + 1)[None, :], w.lengths[:, None])
+        costs = np.take_along_axis(self.costs.round_costs(), drafted, 1)
+        return expert_losses(w.gamma.numpy(), w.rho.numpy() if q.table.corrected else None,
+                             costs, "time", tau=self.costs.time_per_token, validate=False)
 
     def _report(self, i: int, k: int, verdict: Verdict, weights: tuple[float, ...], q: Query
                 ) -> None:

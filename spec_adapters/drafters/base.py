@@ -14,6 +14,11 @@ A drafter keeps its own view of the *verified* context. Three verbs (see
   logits ``(m, V)`` or a :mod:`~spec_adapters.core.proposal` form with ``m`` rows (a zero row
   where the drafter would have abstained). Counterfactual evaluation (gamma for every drafter)
   warps it with :func:`~spec_adapters.core.proposal.warp` and needs nothing more.
+
+Optionally, ``extend_argmax(tokens)``: the same append, returning only the argmax of each
+prediction (``-1`` where it abstains) as a numpy array, i.e. ``warp(extend(tokens),
+greedy).tokens``; greedy evaluation needs nothing more, and the model-free drafters answer it
+without building their rows (see :data:`GREEDY_VERB`).
 """
 
 from __future__ import annotations
@@ -29,7 +34,11 @@ from spec_adapters.core.proposal import PointMass, Proposal, Rows, cat_rows, dra
 if TYPE_CHECKING:
     from spec_adapters.core.sampling import SamplingConfig
 
-__all__ = ["Drafter", "check_k", "check_vocab", "sample_draft"]
+__all__ = ["GREEDY_VERB", "Drafter", "check_k", "check_vocab", "sample_draft"]
+
+# the optional verb greedy evaluation calls instead of ``warp(extend(tokens), greedy)``:
+# ``extend_argmax(tokens: numpy int64 (m,)) -> numpy int64 (m,)``
+GREEDY_VERB = "extend_argmax"
 
 
 @runtime_checkable

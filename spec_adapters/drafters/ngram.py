@@ -170,6 +170,7 @@ class _ContextDrafter:
     def __init__(self) -> None:
         self._buf: np.ndarray | None = None  # tokens [0, _n) verified, drafts after them
         self._n = 0
+        self._work: tuple | None = None  # extend_argmax's output arrays, grown when too small
         warm_up()  # compiled now, not within the first query's timed rounds
 
     def _model(self, own_weight: float | None = None) -> tuple:
@@ -246,12 +247,29 @@ class _ContextDrafter:
     def extend(self, tokens: torch.LongTensor) -> Sparse:
         """Append verified tokens; return the unwarped mixtures (``m`` rows), row ``j`` given
         the context plus ``tokens[:j]`` (a zero row where the drafter would have abstained)."""
+        return self._rows(self._append(_check_ids(tokens, self.vocab_size, "tokens")))
+
+    def extend_argmax(self, tokens: np.ndarray) -> np.ndarray:
+        """:meth:`extend`, returning only each row's argmax (``-1`` where the drafter abstains):
+        what greedy evaluation reads, without building the rows' arrays and tensors."""
+        ends = self._append(_check_ids(torch.from_numpy(np.asarray(tokens, np.int64)),
+                                       self.vocab_size, "tokens"))
+        m, cap = len(ends), self._width(int(ends.max(initial=0)))
+        if self._work is None or self._work[0].shape[1] < cap or len(self._work[2]) < m:
+            self._work = (np.full((max(m, 8), 2 * cap), -1, np.int64),
+                          np.zeros((max(m, 8), 2 * cap)), np.zeros(max(m, 8), np.int64),
+                          np.zeros(max(m, 8)), np.zeros(max(m, 8), np.int64))
+        tok, val, n, lam, top = self._work
+        witten_bell_rows(self._buf, ends, *self._model(), tok, val, n, lam, top)
+        return top[:m].copy()
+
+    def _append(self, ids: list[int]) -> np.ndarray:
+        """Commit verified ``ids``; the context lengths ``n .. n + m - 1`` that predicted them."""
         n = self._require_started("extend")
-        ids = _check_ids(tokens, self.vocab_size, "tokens")
         self._reserve(n + len(ids))
         self._buf[n:n + len(ids)] = ids
         self._n = n + len(ids)
-        return self._rows(np.arange(n, n + len(ids)))
+        return np.arange(n, n + len(ids))
 
 
 class NGramDrafter(_ContextDrafter):

@@ -2,12 +2,13 @@
 method): continue the longest suffix of the context found in the request's own context or in
 the stream of earlier requests.
 
-:class:`SuffixIndex` (numpy only) keeps a *global memory*: the full sequences (prompt + answer)
-of finished requests, the most recent first to stay, at most ``max_tokens`` tokens in all (the
-oldest whole sequences are evicted). A query :meth:`SuffixIndex.continuations` takes the live
-request's context and returns the longest suffix of it (at most ``max_depth`` tokens) that
-occurred earlier *with a next token*, in the context itself or in the memory, and the counts of
-the tokens that followed every occurrence of that suffix.
+:class:`SuffixIndex` (numpy; its inner match loop compiled with numba) keeps a *global
+memory*: the full sequences (prompt + answer) of finished requests, the most recent first to
+stay, at most ``max_tokens`` tokens in all (the oldest whole sequences are evicted). A query
+:meth:`SuffixIndex.continuations` takes the live request's context and returns the longest
+suffix of it (at most ``max_depth`` tokens) that occurred earlier *with a next token*, in the
+context itself or in the memory, and the counts of the tokens that followed every occurrence
+of that suffix.
 
 The two sources are **pooled**, as if one suffix tree held the memory and the live context: the
 longest match wins whichever source holds it, and where both hold a match of that length every
@@ -32,6 +33,7 @@ full context (prompt + verified tokens) is committed to the memory.
 
 from __future__ import annotations
 
+import functools
 import math
 import numbers
 from collections import deque
@@ -40,6 +42,7 @@ from typing import TYPE_CHECKING, NamedTuple
 
 import numpy as np
 import torch
+from numba import njit
 
 from spec_adapters.core.proposal import Base, Sparse, sparse_argmax
 from spec_adapters.drafters.base import check_k, sample_draft
@@ -56,7 +59,6 @@ MAX_DEPTH = 24  # default longest match (vLLM's max_tree_depth)
 
 _SEP = -1  # separates the sequences of the memory; equals no token
 _MAX_ID = np.iinfo(np.int32).max
-_FEW = 32  # survivors below which the backward extension compares all remaining depths at once
 
 
 def _check_int(name: str, value, low: int) -> int:
@@ -87,30 +89,38 @@ class Continuations(NamedTuple):
 _NONE = Continuations(0, np.zeros(0, np.int64), np.zeros(0, np.int64))
 
 
+@njit(cache=True)
 def _longest(text: np.ndarray, ends: np.ndarray, rev: np.ndarray) -> tuple[int, np.ndarray]:
-    """Backward extension: among the positions ``ends`` (each ``text[e] == rev[0]``), keep
-    those where ``text[e - j] == rev[j]`` for ``j = 1, 2, ...`` while any survives.
+    """Backward extension: among the positions ``ends`` (each ``text[e] == rev[0]``), the
+    longest ``l <= len(rev)`` with ``text[e - j] == rev[j]`` for every ``j < l`` (and
+    ``e - j >= 0``).
 
-    Returns the longest length reached (``<= len(rev)``; 0 for no ``ends``) and the positions
-    matching that long. One vectorised step per depth on the shrinking survivors; once at most
-    ``_FEW`` survive, the rest of the depth in one ``(survivors, depth)`` comparison.
+    Returns that longest length (0 for no ``ends``) and the positions matching that long, in
+    the order of ``ends``. Compiled (numba): one comparison per matched token, where numpy
+    needed several calls per depth.
     """
-    if ends.size == 0:
-        return 0, ends
-    alive, length, depth = ends, 1, len(rev)
-    while length < depth:
-        if alive.size <= _FEW:
-            at = alive[:, None] - np.arange(length, depth)
-            same = (text[np.maximum(at, 0)] == rev[length:]) & (at >= 0)
-            run = np.where(same.all(1), depth - length, same.argmin(1))  # leading matches
-            best = int(run.max())
-            return length + best, alive[run == best]
-        inside = alive[alive >= length]
-        hit = inside[text[inside - length] == rev[length]]
-        if hit.size == 0:
-            break
-        alive, length = hit, length + 1
-    return length, alive
+    depth = rev.size
+    best, n = 0, 0
+    out = np.empty(ends.size, np.int64)
+    for e in ends:
+        m = 1
+        while m < depth and e - m >= 0 and text[e - m] == rev[m]:
+            m += 1
+        if m > best:
+            best, n = m, 0
+        if m == best:
+            out[n] = e
+            n += 1
+    return best, out[:n]
+
+
+@functools.cache
+def _warm_up() -> None:
+    """Compile (or load from numba's cache) :func:`_longest` for the index's two calls now,
+    once per process, not within a query's first timed round."""
+    text = np.zeros(2, np.int32)
+    for ends in (np.zeros(1, np.int32), np.zeros(1, np.int64)):
+        _longest(text, ends, text)
 
 
 class SuffixIndex:
@@ -121,8 +131,8 @@ class SuffixIndex:
     after one leading separator; and an *anchor index* over the positions that have a next
     token in their sequence, sorted by their token (``keys``) with the positions (``order``).
     12 bytes per stored token (:attr:`nbytes`). A query finds the occurrences of the context's
-    last token by binary search in ``keys``, then extends them backwards by vectorised
-    comparisons (:func:`_longest`); the context's own occurrences come from one vectorised
+    last token by binary search in ``keys``, then extends them backwards one token at a time
+    in compiled code (:func:`_longest`); the context's own occurrences come from one vectorised
     scan of it. Commits and evictions rewrite the arrays in ``O(N)`` vectorised work (merging
     the new sequence's sorted positions in; no re-sort).
 
@@ -140,6 +150,7 @@ class SuffixIndex:
         self.max_tokens = _check_int("max_tokens", max_tokens, 1)
         self.max_depth = _check_int("max_depth", max_depth, 1)
         self.reset()
+        _warm_up()
 
     def __repr__(self) -> str:
         return (f"SuffixIndex(max_tokens={self.max_tokens}, max_depth={self.max_depth}, "
@@ -223,13 +234,13 @@ class SuffixIndex:
             ``length`` tokens (all at least ``max_depth`` long when capped).
 
         Complexity: ``O(log N)`` to find the anchor occurrences in the memory, ``O(L)`` to scan
-        the context, then ``O(max_depth)`` vectorised steps over the surviving occurrences.
+        the context, then at most ``max_depth`` compiled comparisons per occurrence.
         """
-        c = np.asarray(context)
+        c = np.asarray(context, dtype=np.int32)  # the memory's dtype: one compiled kernel
         L = len(c)
         if L == 0:
             return _NONE
-        rev = c[max(L - self.max_depth, 0):][::-1]
+        rev = np.ascontiguousarray(c[max(L - self.max_depth, 0):][::-1])
         last = rev[0]
         lo = int(np.searchsorted(self._keys, last, side="left"))
         hi = int(np.searchsorted(self._keys, last, side="right"))
@@ -445,8 +456,23 @@ class SuffixDrafter:
         """Append verified tokens; row ``j`` is the unwarped prediction given the context plus
         ``tokens[:j]`` (a zero row where the drafter abstains; no positional stop, see the
         class)."""
+        return self._rows(self._append(self._ids(tokens, "tokens")))
+
+    def extend_argmax(self, tokens: np.ndarray) -> np.ndarray:
+        """:meth:`extend`, returning only each row's argmax, the most frequent kept
+        continuation (``-1`` where the rule abstains): what greedy evaluation reads."""
+        found = self._append(self._ids(torch.from_numpy(np.asarray(tokens, np.int64)),
+                                       "tokens"))
+        top = np.full(len(found), -1, np.int64)
+        for r, f in enumerate(found):
+            d = self.rule.distribution(f)
+            if d is not None:  # as _rows rounds it (the values as float32 holds them)
+                top[r] = sparse_argmax(d[0], d[1], 0.0, self._base.numpy, self._base.top)
+        return top
+
+    def _append(self, ids: np.ndarray) -> list[Continuations]:
+        """Commit verified ``ids``; what the memory and context held before each of them."""
         n = self._require_started("extend")
-        ids = self._ids(tokens, "tokens")
         self._reserve(n + len(ids))
         found = []
         for t in ids:
@@ -454,4 +480,4 @@ class SuffixDrafter:
             self._buf[n] = t
             n += 1
         self._n = n
-        return self._rows(found)
+        return found

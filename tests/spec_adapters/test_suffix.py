@@ -13,7 +13,7 @@ import torch
 from spec_adapters.core.proposal import PointMass, Sparse, warp
 from spec_adapters.core.sampling import SamplingConfig
 from spec_adapters.decoding.chain import HedgeSpecDecoder
-from spec_adapters.drafters import PromptLookupDrafter, SuffixDrafter, suffix
+from spec_adapters.drafters import PromptLookupDrafter, SuffixDrafter
 from spec_adapters.drafters.suffix import SuffixIndex, SuffixRule
 from tests.spec_adapters.single_helpers import chi2_pvalue, exact_continuations, pool
 
@@ -62,12 +62,9 @@ def _as_counter(found) -> Counter:
 
 
 # ------------------------------------------------------------------------------ the index
-@pytest.mark.parametrize("few", [0, 32, 10**9])  # the extension's one-step / all-at-once switch
 @pytest.mark.parametrize(("vocab", "max_depth", "seq_len"), [(2, 4, 30), (3, 6, 120), (5, 24, 30),
                                                             (40, 3, 30)])
-def test_continuations_equal_brute_force_longest_suffix_match(vocab, max_depth, seq_len, few,
-                                                              monkeypatch):
-    monkeypatch.setattr(suffix, "_FEW", few)
+def test_continuations_equal_brute_force_longest_suffix_match(vocab, max_depth, seq_len):
     rng = np.random.default_rng(vocab * 100 + max_depth)
     for trial in range(12):
         memory = [rng.integers(0, vocab, size=int(rng.integers(0, seq_len))).tolist()

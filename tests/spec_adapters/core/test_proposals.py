@@ -23,7 +23,7 @@ from spec_adapters.core.proposal import (
     stack_rows,
     warp,
 )
-from spec_adapters.core.rounds import position_stats
+from spec_adapters.core.rounds import greedy_stats, position_stats
 from spec_adapters.core.sampling import (
     SamplingConfig,
     speculative_accept,
@@ -103,14 +103,55 @@ def test_position_stats_of_mixed_forms_equal_the_stacked_dense_reference(seed):
     p = torch.tensor(rng.dirichlet(np.ones(V), size=m))
     x = torch.tensor(rng.integers(0, V, size=m))
     drafters = [*forms(rng, m, V).values(), *forms(rng, m, V).values()]
-    gamma, rho = position_stats(p, drafters, x)
-    g_ref, r_ref = position_stats(p, torch.stack([d.dense() for d in drafters]), x)
+    gamma, rho, proposes = position_stats(p, drafters, x)
+    g_ref, r_ref, pr_ref = position_stats(p, torch.stack([d.dense() for d in drafters]), x)
     torch.testing.assert_close(gamma, g_ref, atol=1e-6, rtol=0)
     torch.testing.assert_close(rho, r_ref, atol=1e-6, rtol=0)
+    assert proposes.tolist() == pr_ref.tolist()
     stacked = stack_rows([drafters[1], drafters[4]])  # two sparse drafters, bases differ
     assert stacked.lead == (2, m)
     torch.testing.assert_close(acceptance_probability(p, stacked), g_ref[[1, 4]], atol=1e-6,
                                rtol=0)
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_position_stats_of_point_masses_equal_the_dense_reference(seed):
+    """The all-point-mass path (greedy decoding) against the stacked dense reference, with
+    abstentions (-1), drafts equal to the realized token, and p(x) = 0 at some positions."""
+    rng = np.random.default_rng(50 + seed)
+    N, m, V = 5, 6, 11
+    p = torch.tensor(rng.dirichlet(np.ones(V), size=m))
+    x = torch.tensor(rng.integers(0, V, size=m))
+    p[[0, 3], x[[0, 3]]] = 0.0  # the probability-zero event p(x) = 0
+    p = p / p.sum(-1, keepdim=True)
+    drafts = torch.tensor(rng.integers(-1, V, size=(N, m)))
+    drafts[0] = x  # one drafter right everywhere
+    drafts[1, 2:] = -1  # one abstaining from position 2
+    drafters = [PointMass(d, V) for d in drafts]
+    gamma, rho, proposes = position_stats(p, drafters, x)
+    g_ref, r_ref, pr_ref = position_stats(p, torch.stack([d.dense() for d in drafters]), x)
+    torch.testing.assert_close(gamma, g_ref, atol=1e-6, rtol=0)
+    torch.testing.assert_close(rho, r_ref, atol=1e-6, rtol=0)
+    assert proposes.tolist() == pr_ref.tolist() == (drafts >= 0).tolist()
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_greedy_stats_equal_position_stats_with_the_targets_point_mass(seed):
+    """Greedy, p_j is the point mass at the verified token: greedy_stats (numpy, no p) equals
+    position_stats on the one-hot p, abstentions included."""
+    rng = np.random.default_rng(70 + seed)
+    N, m, V = 6, 5, 13
+    x = torch.tensor(rng.integers(0, V, size=m))
+    p = torch.nn.functional.one_hot(x, V).double()
+    drafts = torch.tensor(rng.integers(-1, V, size=(N, m)))
+    drafts[0] = x
+    drafts[1, ::2] = x[::2]
+    gamma, rho, proposes = greedy_stats(drafts.numpy(), x.numpy())
+    g_ref, r_ref, pr_ref = position_stats(p, [PointMass(d, V) for d in drafts], x)
+    np.testing.assert_array_equal(gamma, g_ref.numpy())
+    np.testing.assert_array_equal(rho, r_ref.numpy())
+    np.testing.assert_array_equal(proposes, pr_ref.numpy())
+    assert gamma[0].tolist() == [1.0] * m and gamma.dtype == np.float64
 
 
 @pytest.mark.parametrize("seed", range(8))

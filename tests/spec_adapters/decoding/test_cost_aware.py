@@ -8,6 +8,7 @@ import torch
 
 from spec_adapters.core.draft_cost import StepCosts, expert_losses
 from spec_adapters.decoding.chain import HedgeSpecDecoder
+from spec_adapters.drafters.ngram import PromptLookupDrafter
 from tests.spec_adapters.single_helpers import UnigramDrafter, pool
 
 V, K = 96, 3
@@ -90,19 +91,46 @@ def test_a_zero_length_round_is_a_plain_target_step(models, temperature):
 
 
 def test_fed_losses_are_the_time_losses_of_the_windows(models):
+    """Every fed loss vector is expert_losses of its window, with expert (i, k) paying for the
+    min(k, L_i) drafts drafter i would have made, L_i its positions before its first
+    abstention in the window (prompt lookup abstains where the context has no match)."""
     target, drafters = models
-    dec = HedgeSpecDecoder(target, drafters, draft_length=K, cost_aware=True)
-    dec.costs = FrozenCosts(len(drafters), K, curve=[1.0, 1.5, 2.0, 2.5], per_token=0.1,
-                            tau=0.8)
-    out = dec.generate(IDS, max_new_tokens=20, seed=1)
+    lookup = PromptLookupDrafter(V, max_ngram=2)
+    dec = HedgeSpecDecoder(target, [*drafters, lookup], draft_length=K, cost_aware=True)
+    n = len(drafters) + 1
+    dec.costs = FrozenCosts(n, K, curve=[1.0, 1.5, 2.0, 2.5], per_token=0.1, tau=0.8)
+    out = dec.generate(IDS, max_new_tokens=40, seed=1)
     gamma, first = out.stats["gamma"].numpy(), IDS.shape[1]
+    seq = out.sequences[0].tolist()
     sizes = [a + 1 for a in out.stats["accepted"]]  # each round's verified tokens
     starts = first + np.cumsum([0, *sizes])[:-1]
     assert len(out.stats["losses"]) >= 3
+    shortened = 0
     for rid, loss in out.stats["losses"]:
         lo = starts[rid] - first
-        want = expert_losses(gamma[:, lo:lo + K], None, dec.costs.round_costs(), "time", tau=0.8)
+        lengths = np.full(n, K)
+        for j in range(K):  # prompt lookup proposes after seq[:pos] iff its last tokens recur
+            pos = starts[rid] + j
+            if _lookup_abstains(seq[:pos], 2):
+                lengths[n - 1] = j
+                break
+        shortened += lengths[n - 1] < K
+        drafted = np.minimum(np.arange(K + 1)[None, :], lengths[:, None])
+        costs = np.take_along_axis(dec.costs.round_costs(), drafted, 1)
+        want = expert_losses(gamma[:, lo:lo + K], None, costs, "time", tau=0.8)
         np.testing.assert_allclose(loss, want, atol=1e-12)
+    assert shortened, "prompt lookup never abstained: the test checks nothing new"
+
+
+def _lookup_abstains(context: list[int], max_ngram: int) -> bool:
+    """Prompt lookup (orders 1..max_ngram) has no earlier occurrence of any suffix."""
+    for n in range(1, max_ngram + 1):
+        if n >= len(context):
+            break
+        tail = context[-n:]
+        if any(context[i:i + n] == tail for i in range(len(context) - n)):
+            return False
+    return True
 
 
 def test_dear_verification_and_useless_drafts_teach_not_drafting(models):

@@ -46,7 +46,7 @@ def test_window_losses_equal_a_naive_recomputation(k, chunks, loss, corrected, s
         table.record(gamma, rho)
         pos += m
         got.update((rid, window_loss(g_, r_, loss, corrected))
-                   for rid, g_, r_ in table.pop_completed())
+                   for rid, g_, r_, _ in table.pop_completed())
     full_g, full_r = torch.cat(gammas, 1), torch.cat(rhos, 1)
     torch.testing.assert_close(table.gamma, full_g, rtol=0, atol=0)
     torch.testing.assert_close(table.rho, full_r, rtol=0, atol=0)
@@ -71,10 +71,30 @@ def test_a_round_before_the_kept_positions_is_refused():
     table.reset(0)
     table.open(0, 0)
     table.record(torch.ones(2, 3).double(), torch.ones(2, 3).double())
-    assert [rid for rid, _, _ in table.pop_completed()] == [0]
+    assert [w.round_id for w in table.pop_completed()] == [0]
     with pytest.raises(ValueError, match="before the first position still kept"):
         table.open(1, 1)  # positions 0..2 were dropped with round 0
     table.open(1, 3)
     with pytest.raises(ValueError, match="round 1 is already open"):
         table.open(1, 3)
     assert table.gamma.shape == (2, 3)
+
+
+def test_window_lengths_are_the_drafts_before_the_first_abstention():
+    """Drafter 0 proposes everywhere (K), 1 abstains at the window's third position (2), 2 at
+    its first (0) and again later, 3 records no mask (proposes everywhere)."""
+    table = RoundTable(3, 4, False)
+    table.reset(10)
+    table.open(0, 10)
+    g = torch.zeros(3, 5).double()
+    proposes = torch.tensor([[1, 1, 1, 1, 1], [1, 1, 0, 1, 1], [0, 1, 1, 0, 1]]).bool()
+    table.record(g[:, :2], g[:, :2], proposes[:, :2])
+    table.open(1, 12)
+    table.record(g[:, 2:], g[:, 2:], proposes[:, 2:])
+    (w,) = table.pop_completed()
+    assert w.round_id == 0 and w.lengths.tolist() == [4, 2, 0]
+    table.record(g[:, :1], g[:, :1])  # no mask: proposes everywhere
+    (w,) = table.pop_completed()  # round 1: positions 12..15 = proposes[:, 2:5] then all True
+    assert w.round_id == 1 and w.lengths.tolist() == [4, 0, 1]
+    with pytest.raises(ValueError, match="proposes"):
+        table.record(g[:, :2], g[:, :2], proposes[:2, :2])
