@@ -252,8 +252,7 @@ class _ContextDrafter:
     def extend_argmax(self, tokens: np.ndarray) -> np.ndarray:
         """:meth:`extend`, returning only each row's argmax (``-1`` where the drafter abstains):
         what greedy evaluation reads, without building the rows' arrays and tensors."""
-        ends = self._append(_check_ids(torch.from_numpy(np.asarray(tokens, np.int64)),
-                                       self.vocab_size, "tokens"))
+        ends = self._append(_check_ids(tokens, self.vocab_size, "tokens"))
         m, cap = len(ends), self._width(int(ends.max(initial=0)))
         if self._work is None or self._work[0].shape[1] < cap or len(self._work[2]) < m:
             self._work = (np.full((max(m, 8), 2 * cap), -1, np.int64),

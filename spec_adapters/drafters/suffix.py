@@ -461,8 +461,7 @@ class SuffixDrafter:
     def extend_argmax(self, tokens: np.ndarray) -> np.ndarray:
         """:meth:`extend`, returning only each row's argmax, the most frequent kept
         continuation (``-1`` where the rule abstains): what greedy evaluation reads."""
-        found = self._append(self._ids(torch.from_numpy(np.asarray(tokens, np.int64)),
-                                       "tokens"))
+        found = self._append(self._ids(tokens, "tokens"))
         top = np.full(len(found), -1, np.int64)
         for r, f in enumerate(found):
             d = self.rule.distribution(f)

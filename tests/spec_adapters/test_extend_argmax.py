@@ -57,6 +57,9 @@ def test_extend_argmax_equals_the_argmax_of_extend(kind, seed):
         assert abstained > 0, "no abstention seen: the -1 case went untested"
     with pytest.raises(ValueError, match="outside"):
         drafter.extend_argmax(np.array([V]))
+    with pytest.raises(ValueError, match="integer token ids"):
+        drafter.extend_argmax(np.array([1.5]))
+    assert drafter.extend_argmax(np.array([], np.int64)).tolist() == []
 
 
 class _BadArgmax(UnigramDrafter):
