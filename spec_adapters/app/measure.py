@@ -81,7 +81,8 @@ def run_decoder(decoder, ids, max_new_tokens: int, temperature: float = 0.0,
     -------
     dict
         ``new_tokens``, ``target_calls``, ``seconds`` (the decoder's ``total_seconds``),
-        ``cpu_seconds`` (process time of the call), ``chosen`` and ``accepted`` (per round),
+        ``cpu_seconds`` (process time of the call), ``chosen``, ``accepted``, ``drafted`` and
+        ``lengths`` (per round: drafter, drafts accepted, drafted, draft length chosen),
         ``timing`` (``{phase: seconds}`` for :data:`PHASES`), ``final_weights`` (the learner's
         last weights, rounded to 4 digits, or ``None``) and ``tokens`` (the new token ids).
         MAT is ``new_tokens / target_calls``.
@@ -93,7 +94,7 @@ def run_decoder(decoder, ids, max_new_tokens: int, temperature: float = 0.0,
     s = out.stats
     return {"new_tokens": s["new_tokens"], "target_calls": s["target_calls"],
             "seconds": s["total_seconds"], "cpu_seconds": cpu, "chosen": s["chosen"],
-            "accepted": s["accepted"],
+            "accepted": s["accepted"], "drafted": s["drafted"], "lengths": s["lengths"],
             "timing": {k: s[f"{k}_seconds"] for k in PHASES},
             "final_weights": (np.round(s["weights"][-1], 4).tolist() if s["weights"] else None),
             "tokens": out.sequences[0, ids.shape[1]:].tolist()}

@@ -71,6 +71,8 @@ class GenerateOutput:
         ``target_calls`` (verification passes; the prefill is not counted), ``new_tokens``,
         ``mean_accepted_tokens`` (= new_tokens / target_calls, the bonus token included),
         ``chosen`` (drafter index per round), ``accepted`` (drafts accepted per round, 0..K),
+        ``drafted`` (tokens drafted per round) and ``lengths`` (the draft length chosen per
+        round: ``K``, or the cost-aware expert's ``k``; ``drafted`` is at most it),
         ``weights`` (per round, before the choice: the base learner's distribution),
         ``losses`` (``(round_id, loss vector)`` fed to full-information policies),
         ``censored`` (rounds censored at the end), ``gamma`` / ``rho`` (``(N, new_tokens)``
@@ -109,6 +111,9 @@ class RoundInfo:
     weights : tuple of float
         The policy's base-learner distribution over drafters before the choice
         (``stats["weights"]``; cost-aware: summed over each drafter's draft lengths).
+    length : int
+        The draft length the policy chose, ``K`` unless cost-aware (``stats["lengths"]``);
+        ``drafted`` is at most this.
     """
 
     index: int
@@ -118,6 +123,7 @@ class RoundInfo:
     drafted: int
     tokens: tuple[int, ...]
     weights: tuple[float, ...]
+    length: int
 
 
 @dataclass
@@ -503,7 +509,7 @@ class RoundLoop:
             self.costs.observe_round(sum(q.last[s] for s in STEPS[1:]), len(verdict.tokens))
         info = RoundInfo(index=len(q.rounds), drafter=i, drafter_name=self.scheme.names[i],
                          accepted=int(verdict.accepted), drafted=drafted,
-                         tokens=tuple(verdict.tokens), weights=weights)
+                         tokens=tuple(verdict.tokens), weights=weights, length=int(k))
         q.rounds.append(info)
         if q.on_round is not None:
             q.on_round(info)
@@ -531,6 +537,7 @@ class RoundLoop:
             "chosen": [r.drafter for r in q.rounds],
             "accepted": [r.accepted for r in q.rounds],
             "drafted": [r.drafted for r in q.rounds],
+            "lengths": [r.length for r in q.rounds],
             "weights": [list(r.weights) for r in q.rounds],
             "losses": q.losses,
             "censored": len(censored),

@@ -64,6 +64,7 @@ def test_cost_aware_greedy_output_is_the_targets(models, policy, delay):
     assert s["cost_aware"] is True and len(s["drafted"]) == s["target_calls"]
     assert all(0 <= d <= K for d in s["drafted"])
     assert all(a <= d for a, d in zip(s["accepted"], s["drafted"], strict=True))
+    assert all(d <= k <= K for d, k in zip(s["drafted"], s["lengths"], strict=True))
     assert all(len(loss) == len(drafters) * (K + 1) for _, loss in s["losses"])
     assert all(len(w) == len(drafters) and abs(sum(w) - 1) < 1e-9 for w in s["weights"])
     assert s["step_costs"]["tokens"] == 30  # every round's tokens were costed
@@ -83,7 +84,7 @@ def test_a_zero_length_round_is_a_plain_target_step(models, temperature):
     dec.policy.play = lambda rng: (play(rng)[0], 0)  # expert 0 = (drafter 0, k = 0)
     out = dec.generate(IDS, max_new_tokens=12, temperature=temperature, seed=4)
     s = out.stats
-    assert s["drafted"] == [0] * 12 and s["accepted"] == [0] * 12
+    assert s["drafted"] == [0] * 12 and s["accepted"] == [0] * 12 and s["lengths"] == [0] * 12
     assert s["target_calls"] == 12 and s["mean_accepted_tokens"] == 1.0
     if temperature == 0.0:
         assert torch.equal(out.sequences, _greedy(target, 12))
