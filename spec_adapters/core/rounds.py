@@ -64,7 +64,8 @@ def position_stats(p: torch.Tensor, q, tokens: torch.LongTensor
         drafted nothing from there; its ``gamma`` is 0).
 
     Nothing is validated here: ``p`` and ``q`` are checked where they are produced. Point
-    masses (every drafter under greedy decoding) cost one gather for all drafters.
+    masses cost two gathers for all drafters; under greedy decoding :func:`greedy_stats` needs
+    not even those.
     """
     from spec_adapters.core.acceptance import acceptance_probability
     from spec_adapters.core.estimators import realized_ratio
