@@ -279,7 +279,8 @@ def test_run_decoder_keeps_what_the_tables_need():
     from spec_adapters.app.measure import PHASES, run_decoder
 
     stats = {"new_tokens": 5, "target_calls": 2, "total_seconds": 0.5, "chosen": [1, 0],
-             "accepted": [2, 1], "weights": [[0.5, 0.5], [0.123456, 0.876544]],
+             "accepted": [2, 1], "drafted": [4, 2], "lengths": [4, 3],
+             "weights": [[0.5, 0.5], [0.123456, 0.876544]],
              **{f"{p}_seconds": i / 10 for i, p in enumerate(PHASES)}}
     seen = {}
 
@@ -293,6 +294,7 @@ def test_run_decoder_keeps_what_the_tables_need():
     assert r["tokens"] == [1, 2, 3, 4, 5] and r["seconds"] == 0.5
     assert (r["new_tokens"], r["target_calls"], r["chosen"], r["accepted"]) == (5, 2, [1, 0],
                                                                              [2, 1])
+    assert (r["drafted"], r["lengths"]) == ([4, 2], [4, 3])
     assert r["timing"] == {"prefill": 0.0, "select": 0.1, "draft": 0.2, "verify": 0.3,
                            "eval": 0.4, "update": 0.5}
     assert r["final_weights"] == [0.1235, 0.8765]
