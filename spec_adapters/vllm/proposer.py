@@ -66,6 +66,7 @@ import numpy as np
 from onlinelearn.normalhedge import NormalHedge
 from spec_adapters.core.draft_cost import expert_losses, expert_of, n_experts
 from spec_adapters.core.policies import make_policy
+from spec_adapters.vllm import sampling_fix
 from spec_adapters.vllm.config import ENV_VAR, ProposerConfig, load_config
 from spec_adapters.vllm.costs import StepTimeModel
 from spec_adapters.vllm.drafters import PromptLookup, SuffixDraft, load_pool_folder
@@ -139,6 +140,7 @@ class HedgeSpecProposer:
     """
 
     def __init__(self, vllm_config) -> None:
+        sampling_fix.install()  # where the plugin entry point is not installed
         spec, model = vllm_config.speculative_config, vllm_config.model_config
         self._setup(load_config(), vocab_size=int(model.get_vocab_size()),
                     max_k=int(spec.num_speculative_tokens),

