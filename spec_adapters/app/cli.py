@@ -51,6 +51,8 @@ from spec_adapters.app.cmd_generate import cmd_generate
 from spec_adapters.app.cmd_setup import UserError
 from spec_adapters.app.cmd_vllm import cmd_bench_vllm, cmd_serve
 from spec_adapters.app.domains import DOMAINS
+from spec_adapters.app.serve import DEFAULT_K
+from spec_adapters.vllm.config import ProposerConfig
 
 __all__ = ["build_parser", "main"]
 
@@ -311,12 +313,18 @@ def build_parser() -> argparse.ArgumentParser:
                        description="Starts vLLM's OpenAI server (from this environment or "
                        ".venv-vllm) on 127.0.0.1 with spec_adapters.vllm.HedgeSpecProposer: "
                        "the target's pool from --cache-dir when built, else prompt lookup. "
-                       "Options after -- go to vLLM (e.g. -- --enforce-eager).")
+                       "The proposer's settings: $HEDGESPEC_VLLM_CONFIG when set (a JSON "
+                       "file, docs/reliability.md), with --policy, --k and --cache-dir over it "
+                       "(each conflict named); checked before vLLM starts. --threads: the "
+                       "engine's cores. Options after -- go to vLLM (e.g. -- --enforce-eager).")
     _common(s, domains=False)
     s.add_argument("--port", type=int_arg(1, 65535), default=8000, help="default 8000")
-    s.add_argument("--policy", default="normalhedge",
-                   help="normalhedge (default), hedge, adahedge, exp3spec, ucbspec, fixed:<i>")
-    s.add_argument("--k", type=int_arg(1), default=4, help="K, the longest draft (default 4)")
+    s.add_argument("--policy", default=None,
+                   help="normalhedge, hedge, adahedge, exp3spec, ucbspec, fixed:<i> (default: "
+                        f"$HEDGESPEC_VLLM_CONFIG's, else {ProposerConfig.policy})")
+    s.add_argument("--k", type=int_arg(1), default=None,
+                   help=f"K, the longest draft (default: $HEDGESPEC_VLLM_CONFIG's, else "
+                        f"{DEFAULT_K})")
     s.add_argument("vllm_args", nargs=argparse.REMAINDER, help="-- then vLLM server options")
     s.set_defaults(func=cmd_serve)
 

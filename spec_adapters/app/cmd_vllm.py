@@ -6,9 +6,11 @@ from __future__ import annotations
 
 import argparse
 import os
+from dataclasses import replace
 from pathlib import Path
 
 from spec_adapters.app.cmd_setup import UserError, prepared_domains, target_from_args
+from spec_adapters.hf.models import default_cache_dir
 
 __all__ = ["cmd_bench_vllm", "cmd_serve", "vllm_bench_of"]
 
@@ -26,9 +28,24 @@ def vllm_bench_of(args: argparse.Namespace, target: Path, tok, domains: dict, cf
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
-    """vLLM's OpenAI-compatible server speculating with HedgeSpec (spec_adapters.app.serve)."""
-    from spec_adapters.app.serve import serve
+    """vLLM's OpenAI-compatible server speculating with HedgeSpec (spec_adapters.app.serve):
+    the settings merged and checked first, then the target, then vLLM."""
+    import sys
 
+    from spec_adapters.app.serve import check_proposer, find_vllm_python, proposer_config, serve
+
+    cache = Path(args.cache_dir).resolve()
+    given = {"policy": args.policy, "k": args.k,  # None: not given
+             "cache_dir": str(cache) if cache != default_cache_dir() else None}
+    try:
+        config, notes = proposer_config(given)
+        if config.cache_dir is None:
+            config = replace(config, cache_dir=str(cache))
+        find_vllm_python()
+    except (ValueError, FileNotFoundError) as err:
+        raise UserError(str(err)) from None
+    for note in notes:
+        print(f"hedgespec serve: {note}", file=sys.stderr)
     target = Path(args.target).expanduser() if args.target else None
     if target is None or not (target / "config.json").is_file():
         model, _tok = target_from_args(args)  # a .gguf (default: the wheel's) is converted once
@@ -36,16 +53,15 @@ def cmd_serve(args: argparse.Namespace) -> int:
         del model
     extra = args.vllm_args[1:] if args.vllm_args[:1] == ["--"] else args.vllm_args
     try:
-        return serve(target, port=args.port, policy=args.policy, k=args.k,
-                     cache_dir=args.cache_dir, vllm_args=extra)
+        check_proposer(config, target)
+        return serve(target, port=args.port, config=config, threads=args.threads,
+                     vllm_args=extra)
     except (ValueError, FileNotFoundError) as err:
         raise UserError(str(err)) from None
 
 
 def cmd_bench_vllm(args: argparse.Namespace) -> int:
     """HedgeSpec inside vLLM against vLLM plain and ngram (spec_adapters.app.bench_vllm)."""
-    from dataclasses import replace
-
     from spec_adapters.app.bench_vllm import PRESETS, markdown
 
     chosen = {"queries_per_domain": args.queries_per_domain,

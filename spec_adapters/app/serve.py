@@ -11,11 +11,15 @@ environment, e.g. a GPU install of the ``vllm`` wheel), else the project's ``.ve
                            "model": "spec_adapters.vllm.HedgeSpecProposer",
                            "num_speculative_tokens": K}'
 
-and the environment: ``$HEDGESPEC_VLLM_CONFIG`` (a temporary JSON of the proposer's settings:
-policy, K, the cache holding the target's default pool), Intel OpenMP preloaded, a 1 GiB KV
-cache on CPU (``VLLM_CPU_KVCACHE_SPACE``) and the engine's threads bound to every core
-(``VLLM_CPU_OMP_THREADS_BIND``), each kept when already set. Ctrl-C or SIGTERM stops the
-server cleanly (SIGINT to vLLM, which shuts its engine down; killed after a grace period).
+and the environment: ``$HEDGESPEC_VLLM_CONFIG`` (a temporary JSON of the proposer's whole
+settings: the user's own ``$HEDGESPEC_VLLM_CONFIG`` when set, with the command line's
+``--policy``, ``--k`` and ``--cache-dir`` over it, :func:`proposer_config`), Intel OpenMP
+preloaded, a 1 GiB KV cache on CPU (``VLLM_CPU_KVCACHE_SPACE``) and the engine's threads bound
+to ``--threads`` cores (default every core; ``VLLM_CPU_OMP_THREADS_BIND``), each kept when
+already set. The settings are checked before vLLM starts (the proposer is built here once,
+with its pool): a bad value is one line and exit status 2, not a minute of engine start-up.
+Ctrl-C or SIGTERM stops the server cleanly (SIGINT to vLLM, which shuts its engine down;
+killed after a grace period).
 """
 
 from __future__ import annotations
@@ -29,14 +33,22 @@ import sys
 import tempfile
 from pathlib import Path
 
-from spec_adapters.vllm.config import ENV_VAR, ProposerConfig
+from spec_adapters.vllm.config import (
+    ENV_VAR,
+    ProposerConfig,
+    config_from_mapping,
+    config_to_mapping,
+    read_config_file,
+)
 
-__all__ = ["SPEC_CLASS", "find_vllm_python", "serve", "server_command", "server_env"]
+__all__ = ["SPEC_CLASS", "check_proposer", "find_vllm_python", "proposer_config", "serve",
+           "server_command", "server_env"]
 
 SPEC_CLASS = "spec_adapters.vllm.HedgeSpecProposer"
 ROOT = Path(__file__).resolve().parents[2]
 SERVED_NAME = "hedgespec"
 GRACE_S = 30.0
+DEFAULT_K = 4  # vLLM's num_speculative_tokens when neither --k nor the user's file sets k
 
 
 def find_vllm_python() -> Path:
@@ -70,7 +82,8 @@ def server_env(python: Path, config_path: Path, environ=None, threads: int | Non
     """The server's environment: ``environ`` (default ``os.environ``) with the proposer's
     settings file, the project on ``PYTHONPATH``, Intel OpenMP preloaded when the vLLM
     environment has it (CPU builds), a 1 GiB KV cache, and the CPU worker's OpenMP threads
-    bound to cores ``0 .. threads - 1`` (default: every core), each unless already set.
+    bound to cores ``0 .. threads - 1`` (``threads`` given: always; else every core unless
+    ``VLLM_CPU_OMP_THREADS_BIND`` is set), the others unless already set.
 
     The binding: vLLM's automatic one keeps a core for the front end, which on a 2-core
     machine leaves the engine one thread whatever ``OMP_NUM_THREADS`` says (vLLM plain,
@@ -85,32 +98,72 @@ def server_env(python: Path, config_path: Path, environ=None, threads: int | Non
         env["LD_PRELOAD"] = ":".join([str(iomp), *others])
     env.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
     cores = min(threads or os.cpu_count() or 1, os.cpu_count() or 1)
-    env.setdefault("VLLM_CPU_OMP_THREADS_BIND", f"0-{cores - 1}")
+    if threads is None:
+        env.setdefault("VLLM_CPU_OMP_THREADS_BIND", f"0-{cores - 1}")
+    else:  # asked for on the command line: over the environment's
+        env["VLLM_CPU_OMP_THREADS_BIND"] = f"0-{cores - 1}"
     return env
 
 
-def serve(target: Path, *, port: int, policy: str, k: int, cache_dir: str,
-          vllm_args: list[str] = ()) -> int:
-    """Run the server in the foreground until it exits or is interrupted; its exit status
-    (0 after a clean stop by Ctrl-C / SIGTERM).
+def proposer_config(given: dict, environ=None) -> tuple[ProposerConfig, list[str]]:
+    """The proposer's settings: the user's ``$HEDGESPEC_VLLM_CONFIG`` (when set in
+    ``environ``, default ``os.environ``) with ``given`` (command-line options, ``None`` = not
+    given) over it, and one note per key both set differently (the command line wins).
 
     Raises
     ------
     ValueError
-        Bad proposer settings (unknown policy, ...), before vLLM starts.
+        The user's file is unreadable or malformed, or a setting is bad (named).
+    """
+    env = os.environ if environ is None else environ
+    path = env.get(ENV_VAR)
+    raw = read_config_file(path) if path else {}
+    given = {key: value for key, value in given.items() if value is not None}
+    notes = [f"--{key.replace('_', '-')} {value} overrides {key}={raw[key]!r} of {path}"
+             for key, value in given.items() if key in raw and raw[key] != value]
+    source = f"{path} + hedgespec serve" if path else "hedgespec serve"
+    return config_from_mapping({**raw, **given}, source=source), notes
+
+
+def check_proposer(config: ProposerConfig, target: Path) -> None:
+    """Build the proposer once here, as vLLM's worker will (its pool loaded and checked
+    against the target's vocabulary), so that a bad setting fails before vLLM starts.
+
+    Raises
+    ------
+    ValueError
+        What the proposer would raise at engine start.
+    """
+    from dataclasses import replace
+
+    from spec_adapters.vllm.proposer import HedgeSpecProposer
+
+    model = json.loads((target / "config.json").read_text())
+    max_len = int(model.get("max_position_embeddings") or 2048)
+    HedgeSpecProposer.standalone(replace(config, trace=None), vocab_size=int(model["vocab_size"]),
+                                 max_k=config.k or DEFAULT_K, max_model_len=max_len,
+                                 model_folder=str(target))
+
+
+def serve(target: Path, *, port: int, config: ProposerConfig, threads: int | None = None,
+          vllm_args: list[str] = ()) -> int:
+    """Run the server in the foreground until it exits or is interrupted; its exit status
+    (0 after a clean stop by Ctrl-C / SIGTERM). ``config``: :func:`proposer_config`, checked
+    by :func:`check_proposer`; ``threads``: the engine's cores (default every core).
+
+    Raises
+    ------
     FileNotFoundError
         No vLLM (:func:`find_vllm_python`).
     """
-    config = ProposerConfig(policy=policy, k=k, cache_dir=str(Path(cache_dir).resolve()),
-                            source="hedgespec serve")
     python = find_vllm_python()
+    k = config.k or DEFAULT_K
     with tempfile.TemporaryDirectory(prefix="hedgespec-serve-") as tmp:
         path = Path(tmp) / "hedgespec_vllm.json"
-        path.write_text(json.dumps({"policy": config.policy, "k": config.k,
-                                    "cache_dir": config.cache_dir}))
+        path.write_text(json.dumps(config_to_mapping(config)))
         proc = subprocess.Popen(server_command(python, target, port=port, k=k,
                                                vllm_args=list(vllm_args)),
-                                env=server_env(python, path))
+                                env=server_env(python, path, threads=threads))
         previous = signal.signal(signal.SIGTERM, _raise_interrupt)
         try:
             return proc.wait()

@@ -34,12 +34,13 @@ from __future__ import annotations
 
 import json
 import os
-from dataclasses import dataclass, field, fields
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 
 from spec_adapters.vllm.pool_settings import NGramPoolSettings
 
-__all__ = ["ENV_VAR", "ProposerConfig", "load_config"]
+__all__ = ["ENV_VAR", "ProposerConfig", "config_from_mapping", "config_to_mapping", "load_config",
+           "read_config_file"]
 
 ENV_VAR = "HEDGESPEC_VLLM_CONFIG"
 POLICIES = ("normalhedge", "hedge", "adahedge", "exp3spec", "ucbspec")
@@ -112,11 +113,22 @@ def load_config(environ=None) -> ProposerConfig:
     path = env.get(ENV_VAR)
     if not path:
         return ProposerConfig()
+    return config_from_mapping(read_config_file(path), source=path)
+
+
+def read_config_file(path: str) -> dict:
+    """The JSON object of a settings file, its keys checked (values: :func:`config_from_mapping`).
+
+    Raises
+    ------
+    ValueError
+        The file cannot be read, is not a JSON object, or has unknown keys.
+    """
     try:
         raw = json.loads(Path(path).read_text())
     except OSError as err:
         raise ValueError(f"{ENV_VAR}: cannot read {path}: {err}") from err
-    except json.JSONDecodeError as err:
+    except (json.JSONDecodeError, UnicodeDecodeError) as err:
         raise ValueError(f"{ENV_VAR} ({path}): malformed JSON: {err}") from err
     if not isinstance(raw, dict):
         raise ValueError(f"{ENV_VAR} ({path}): expected a JSON object, got {type(raw).__name__}")
@@ -124,11 +136,27 @@ def load_config(environ=None) -> ProposerConfig:
     unknown = sorted(set(raw) - known)
     if unknown:
         raise ValueError(f"{ENV_VAR} ({path}): unknown keys {unknown}; expected {sorted(known)}")
+    return raw
+
+
+def config_from_mapping(raw: dict, source: str) -> ProposerConfig:
+    """A :class:`ProposerConfig` from a JSON object's keys (lists where the config holds
+    tuples); ``ValueError`` naming ``source`` and the problem."""
+    raw = dict(raw)
     if isinstance(raw.get("prompt_lookup"), list):
         raw["prompt_lookup"] = tuple(raw["prompt_lookup"])
     if "pool_settings" in raw:
         try:
             raw["pool_settings"] = NGramPoolSettings.from_mapping(raw["pool_settings"])
         except ValueError as err:
-            raise ValueError(f"{ENV_VAR} ({path}): pool_settings: {err}") from None
-    return ProposerConfig(**raw, source=path)
+            raise ValueError(f"{ENV_VAR} ({source}): pool_settings: {err}") from None
+    return ProposerConfig(**raw, source=source)
+
+
+def config_to_mapping(config: ProposerConfig) -> dict:
+    """The JSON object that :func:`config_from_mapping` reads back to ``config``."""
+    out = {f.name: getattr(config, f.name) for f in fields(config) if f.name != "source"}
+    out["pool_settings"] = {**asdict(config.pool_settings),
+                            "domains": list(config.pool_settings.domains)}
+    out["prompt_lookup"] = list(config.prompt_lookup)
+    return out

