@@ -72,13 +72,19 @@ def check_losses(losses: Any, n: int) -> np.ndarray:
     Raises
     ------
     ValueError
-        Naming the problem: not numeric, wrong shape, NaN / inf (with their indices) or values
-        outside [0, 1] (with their indices).
+        Naming the problem: not numeric (strings, booleans and object arrays are refused,
+        not converted), wrong shape, NaN / inf (with their indices) or values outside [0, 1]
+        (with their indices).
     """
     try:
-        arr = np.array(losses, dtype=np.float64, copy=True)
+        src = np.asarray(losses)
     except (TypeError, ValueError) as exc:
         raise ValueError(f"losses must be real numbers, got {losses!r}: {exc}") from None
+    if src.dtype.kind not in "iuf" or (isinstance(losses, list | tuple) and any(
+            isinstance(x, bool | np.bool_) for x in losses)):
+        kind = "booleans" if src.dtype.kind in "bf" else f"dtype {src.dtype}"
+        raise ValueError(f"losses must be real numbers, got {kind}: {losses!r}")
+    arr = np.array(src, dtype=np.float64, copy=True)
     if arr.shape != (n,):
         raise ValueError(f"losses must have shape ({n},), got {arr.shape}")
     # Fast path (one pass each): NaN fails both comparisons, inf fails one of them.
@@ -92,7 +98,10 @@ def check_losses(losses: Any, n: int) -> np.ndarray:
 
 
 def check_loss(loss: Any) -> float:
-    """Validate a scalar bandit loss: finite and in [0, 1]."""
+    """Validate a scalar bandit loss: a real number (not a bool or a string), finite, in
+    [0, 1]."""
+    if isinstance(loss, bool | np.bool_ | str | bytes):
+        raise ValueError(f"loss must be a real number in [0, 1], got {loss!r}")
     try:
         value = float(loss)
     except (TypeError, ValueError):

@@ -41,12 +41,28 @@ def int_arg(lo: int, hi: int | None = None) -> Callable[[str], int]:
     return parse
 
 
+def comma_list(text: str) -> tuple[str, ...]:
+    """The items of a comma-separated list, stripped; an empty item or a repeated one is an
+    ``argparse.ArgumentTypeError`` naming it."""
+    items = tuple(t.strip() for t in text.split(","))
+    if "" in items:
+        raise argparse.ArgumentTypeError(f"empty item in {text!r}")
+    repeated = sorted({t for t in items if items.count(t) > 1})
+    if repeated:
+        raise argparse.ArgumentTypeError(f"{', '.join(map(repr, repeated))} given more than "
+                                         f"once in {text!r}")
+    return items
+
+
 def ints_arg(lo: int) -> Callable[[str], tuple[int, ...]]:
-    """An argparse ``type``: comma-separated integers ``>= lo`` (``"1,4,16"``)."""
+    """An argparse ``type``: distinct comma-separated integers ``>= lo`` (``"1,4,16"``)."""
     one = int_arg(lo)
 
     def parse(text: str) -> tuple[int, ...]:
-        return tuple(one(t.strip()) for t in text.split(","))
+        values = tuple(one(t) for t in comma_list(text))
+        if len(set(values)) < len(values):
+            raise argparse.ArgumentTypeError(f"a value given more than once in {text!r}")
+        return values
 
     return parse
 

@@ -34,6 +34,7 @@ import sys
 
 from spec_adapters.app.args import (
     OneLineParser,
+    comma_list,
     file_arg,
     float_arg,
     folder_arg,
@@ -95,11 +96,11 @@ def device_arg(text: str) -> str:
 
 
 def _domains_arg(text: str) -> tuple[str, ...]:
-    names = tuple(d.strip() for d in text.split(",") if d.strip())
+    names = comma_list(text)
     unknown = [d for d in names if d not in DOMAINS]
-    if unknown or not names:
+    if unknown:
         raise argparse.ArgumentTypeError(
-            f"unknown domain(s) {', '.join(map(repr, unknown)) or '(none given)'}; choose from "
+            f"unknown domain(s) {', '.join(map(repr, unknown))}; choose from "
             f"{', '.join(DOMAINS)}")
     return names
 
@@ -343,7 +344,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "16 concurrent, every method; hours)")
     s.add_argument("--queries-per-domain", type=int_arg(1), default=None)
     s.add_argument("--max-new-tokens", type=int_arg(1), default=None)
-    s.add_argument("--methods", default=None,
+    s.add_argument("--methods", type=comma_list, default=None,
                    help="comma-separated subset of the preset's methods (plain, ngram, "
                         "hedgespec, exp3spec, ucbspec, fixed:<drafter>)")
     s.add_argument("--concurrencies", type=ints_arg(1), default=None,

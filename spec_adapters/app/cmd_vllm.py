@@ -66,8 +66,7 @@ def cmd_bench_vllm(args: argparse.Namespace) -> int:
 
     chosen = {"queries_per_domain": args.queries_per_domain,
               "max_new_tokens": args.max_new_tokens, "concurrencies": args.concurrencies,
-              "methods": tuple(m.strip() for m in args.methods.split(","))
-              if args.methods else None}
+              "methods": args.methods}
     try:
         cfg = replace(PRESETS[args.preset], **{k: v for k, v in chosen.items() if v is not None})
     except ValueError as err:

@@ -316,13 +316,13 @@ def chat_ids(tokenizer, prompt: str, system: str | None = None):
 
 def main(argv: Sequence[str] | None = None) -> int:
     """``python -m spec_adapters.app.domains [--cache-dir .cache] [--domains a,b] ...``"""
-    from spec_adapters.app.args import OneLineParser, folder_arg, int_arg
+    from spec_adapters.app.args import OneLineParser, comma_list, folder_arg, int_arg
 
     p = OneLineParser(prog="python -m spec_adapters.app.domains",
                       description="Fetch and prepare the domain corpora (idempotent).")
     p.add_argument("--cache-dir", type=folder_arg,
                    default=os.environ.get("HEDGESPEC_CACHE", ".cache"))
-    p.add_argument("--domains", default=",".join(DOMAINS),
+    p.add_argument("--domains", type=comma_list, default=DOMAINS,
                    help=f"comma-separated subset of {','.join(DOMAINS)}")
     p.add_argument("--n-prompts", type=int_arg(1), default=100)
     p.add_argument("--n-train-prompts", type=int_arg(0), default=2000)
@@ -330,7 +330,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--force", action="store_true", help="rebuild complete domains too")
     a = p.parse_args(argv)
     try:
-        metas = prepare_domains(a.cache_dir, [d for d in a.domains.split(",") if d],
+        metas = prepare_domains(a.cache_dir, list(a.domains),
                                 n_prompts=a.n_prompts, n_train_prompts=a.n_train_prompts,
                                 max_train_chars=a.max_train_chars,
                                 force=a.force)

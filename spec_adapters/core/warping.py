@@ -11,7 +11,9 @@ from dataclasses import dataclass
 
 import torch
 
-__all__ = ["SamplingConfig"]
+__all__ = ["GREEDY_BELOW", "SamplingConfig"]
+
+GREEDY_BELOW = 1e-5  # a temperature below this is greedy (vLLM's _SAMPLING_EPS)
 
 
 def _is_real(x) -> bool:
@@ -28,7 +30,9 @@ class SamplingConfig:
     temperature : float, default 0.0
         ``>= 0``. ``0`` means greedy: :meth:`probs` returns the one-hot argmax (first index on
         ties), and the speculative rules then reduce exactly to "accept while the draft equals
-        the target's argmax".
+        the target's argmax". A temperature below :data:`GREEDY_BELOW` (``1e-5``, vLLM's
+        sampling epsilon) is stored as 0: ``logits / 1e-30`` overflows, and what it samples
+        is the argmax anyway.
     top_p : float, default 1.0
         Nucleus sampling, in ``(0, 1]``: keep the smallest set of most probable tokens whose
         total probability reaches ``top_p`` (at least one token; among equal probabilities
@@ -66,7 +70,7 @@ class SamplingConfig:
         if tk is not None and (isinstance(tk, bool) or not isinstance(tk, numbers.Integral)
                                or tk < 1):
             raise ValueError(f"top_k must be None or an integer >= 1, got {tk!r}")
-        object.__setattr__(self, "temperature", float(t))
+        object.__setattr__(self, "temperature", float(t) if t >= GREEDY_BELOW else 0.0)
         object.__setattr__(self, "top_p", float(tp))
         object.__setattr__(self, "top_k", None if tk is None else int(tk))
 

@@ -12,6 +12,7 @@ import torch
 
 from spec_adapters.core.sampling import SamplingConfig
 from spec_adapters.decoding.chain import HedgeSpecDecoder
+from spec_adapters.drafters.ngram import PromptLookupDrafter
 from tests.spec_adapters.single_helpers import pool
 
 NUMPY_FLOATS = [np.float16, np.float32, np.float64]
@@ -64,6 +65,22 @@ def test_numpy_config_warps_like_the_python_one():
 def test_bad_sampling_values_name_the_parameter(kwargs, name):
     with pytest.raises(ValueError, match=rf"^{name} must be"):
         SamplingConfig(**kwargs)
+
+
+@pytest.mark.parametrize("t", [1e-30, 5e-324, np.float32(1e-6), 9.99e-6])
+def test_a_temperature_that_underflows_is_greedy(t):
+    assert SamplingConfig(temperature=t) == SamplingConfig(temperature=0.0)
+    assert SamplingConfig(temperature=1e-5).temperature == 1e-5
+
+
+def test_a_tiny_temperature_decodes_as_greedy_with_prompt_lookup():
+    target, _drafters = pool()
+    dec = HedgeSpecDecoder(target, [PromptLookupDrafter(target.config.vocab_size)],
+                           draft_length=3)
+    ids = torch.tensor([[3, 5, 7, 3, 5, 9, 3, 5]])  # two continuations of "3 5", tied
+    tiny = dec.generate(ids, max_new_tokens=12, temperature=1e-30, seed=1)
+    greedy = dec.generate(ids, max_new_tokens=12, temperature=0.0)
+    assert torch.equal(tiny.sequences, greedy.sequences)
 
 
 @pytest.fixture(scope="module")

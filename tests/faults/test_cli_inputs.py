@@ -79,6 +79,10 @@ GENERATE_BAD = [
     (("--draft-length", "0"), "--draft-length", "must be an integer >= 1, got 0"),
     (("--colour", "rainbow"), "--colour", "invalid choice"),
     (("--domains", "code,physics"), "--domains", "unknown domain(s) 'physics'"),
+    (("--domains", "sql,sql"), "--domains", "'sql' given more than once in 'sql,sql'"),
+    (("--domains", "sql,,code"), "--domains", "empty item in 'sql,,code'"),
+    (("--domains", ""), "--domains", "empty item in ''"),
+    (("--domains", ","), "--domains", "empty item in ','"),
 ]
 
 
@@ -90,6 +94,12 @@ def test_generate_bad_number_is_one_line(extra, option, message, capsys):
 
 
 OTHER_BAD = [
+    (["bench-vllm", "--concurrencies", "1,1"], "--concurrencies", "given more than once"),
+    (["bench-vllm", "--concurrencies", "1,,4"], "--concurrencies", "empty item in '1,,4'"),
+    (["bench-vllm", "--concurrencies", "01,1"], "--concurrencies", "given more than once"),
+    (["bench-vllm", "--methods", "plain,plain"], "--methods", "'plain' given more than once"),
+    (["bench-vllm", "--methods", ""], "--methods", "empty item in ''"),
+    (["train-drafters", "--domains", "sql,sql"], "--domains", "given more than once"),
     (["prepare-data", "--n-prompts", "-1"], "--n-prompts", "got -1"),
     (["train-drafters", "--extra-shards", "-1"], "--extra-shards", "got -1"),
     (["bench", "--queries-per-domain", "0"], "--queries-per-domain", "got 0"),

@@ -263,7 +263,11 @@ def bad_full_losses(n: int):
         "above 1": (np.r_[np.zeros(n - 1), 1.5], r"\[0, 1\]"),
         "negative": (np.r_[np.zeros(n - 1), -1e-9], r"\[0, 1\]"),
         "not numbers": (["a"] * n, "real numbers"),
-        "None": (None, "shape"),
+        "numbers as strings": (["0.5"] * n, "real numbers, got dtype <U3"),
+        "booleans": ([True] + [0.5] * (n - 1), "real numbers, got booleans"),
+        "boolean array": (np.zeros(n, dtype=bool), "real numbers, got booleans"),
+        "object array": (np.full(n, 0.5, dtype=object), "real numbers, got dtype object"),
+        "None": (None, "real numbers"),
     }
 
 
@@ -277,6 +281,9 @@ BAD_BANDIT = {
     "NaN loss": ((0, float("nan")), "finite"),
     "inf loss": ((0, float("inf")), "finite"),
     "string loss": ((0, "x"), "real number"),
+    "number as a string": ((0, "0.5"), "real number"),
+    "bool loss": ((0, True), "real number"),
+    "numpy bool loss": ((0, np.False_), "real number"),
 }
 
 
