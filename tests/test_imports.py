@@ -35,6 +35,25 @@ def test_import_spec_adapters_is_light_until_a_name_is_used():
     assert not loaded & {"torch", "transformers"}, loaded
 
 
+def test_the_vllm_plugin_and_the_command_line_do_not_load_torch():
+    """vLLM imports the plugin in every process it starts; `hedgespec --help` and the
+    settings checks of `hedgespec serve` answer before any model library loads."""
+    loaded = _modules_after("import spec_adapters.vllm.sampling_fix, spec_adapters.vllm")
+    assert not loaded & {"torch", "transformers", "numba"}, loaded
+    loaded = _modules_after("from spec_adapters.app.cli import build_parser; build_parser()")
+    assert not loaded & {"torch", "transformers", "numba"}, loaded
+
+
+@pytest.mark.parametrize("package", ["spec_adapters.vllm", "spec_adapters.eagle"])
+def test_lazy_package_exports_are_the_submodules_objects(package):
+    pkg = importlib.import_module(package)
+    for name in pkg.__all__:
+        module = importlib.import_module(f"{package}.{pkg._EXPORTS[name]}")
+        assert getattr(pkg, name) is getattr(module, name), name
+    with pytest.raises(AttributeError, match="no attribute 'NoSuchThing'"):
+        _ = pkg.NoSuchThing
+
+
 def test_every_spec_adapters_export_is_the_submodules_object():
     import spec_adapters
 

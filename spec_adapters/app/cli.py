@@ -119,7 +119,7 @@ TRAIN_HEAD_TYPES = {
 def _train_head_args(p: argparse.ArgumentParser) -> None:
     """``train-head``: the token files, the output folder, the target, every TrainConfig
     field as ``--field-name``."""
-    from spec_adapters.eagle.train import TrainConfig
+    from spec_adapters.eagle.train_config import TrainConfig
 
     p.add_argument("--corpus", required=True, type=file_arg,
                    help="token ids: a .npy array, a .safetensors file holding one tensor, or a "
