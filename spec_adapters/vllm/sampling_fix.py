@@ -45,18 +45,31 @@ from __future__ import annotations
 import contextvars
 import functools
 import logging
+from dataclasses import dataclass, field
 
 __all__ = ["expand_to_tokens", "install", "installed"]
 
 log = logging.getLogger(__name__)
 
 EXPAND = "vllm.v1.sample.rejection_sampler.expand_kernel"
-# (states, captured, sampler) of the verification step in progress: the seeded sampled rows'
-# generator states before it, the draft positions' temperature-scaled logits, and the
-# engine's top-k / top-p sampler (the one plain decoding draws with)
-_STEP: contextvars.ContextVar[tuple[dict, dict, object] | None] = contextvars.ContextVar(
-    "hedgespec_seeded_step", default=None)
 _installed = False
+
+
+@dataclass
+class _SeededStep:
+    """The verification step in progress, for its seeded sampled rows: each row's generator
+    state before the step and the index of its first draft position; the engine's top-k /
+    top-p sampler (the one plain decoding draws with); those positions' temperature-scaled
+    target logits once captured."""
+
+    states: dict
+    firsts: list[int]
+    sampler: object
+    logits: object = field(default=None)
+
+
+_STEP: contextvars.ContextVar[_SeededStep | None] = contextvars.ContextVar(
+    "hedgespec_seeded_step", default=None)
 
 
 def expand_to_tokens(output, input, cu_num_tokens, replace_from, replace_to,
@@ -127,9 +140,10 @@ def _saving_seeded_states(forward):
         rows = _seeded_sampled_rows(metadata.num_draft_tokens, sampling_metadata)
         if not rows:
             return forward(self, metadata, draft_probs, logits, sampling_metadata)
-        gens = sampling_metadata.generators
-        token = _STEP.set(({i: gens[i].get_state() for i in rows}, {},
-                           self.sampler.topk_topp_sampler))
+        gens, ends = sampling_metadata.generators, metadata.cu_num_draft_tokens
+        token = _STEP.set(_SeededStep({i: gens[i].get_state() for i in rows},
+                                      [int(ends[i - 1]) if i else 0 for i in rows],
+                                      self.sampler.topk_topp_sampler))
         try:
             return forward(self, metadata, draft_probs, logits, sampling_metadata)
         finally:
@@ -146,7 +160,7 @@ def _capturing_first_positions(apply_top_k_top_p):
     def wrapper(logits, k, p):
         step = _STEP.get()
         if step is not None:
-            step[1]["logits"] = logits.clone()  # before top-k / top-p mask it in place
+            step.logits = logits[step.firsts].clone()  # before top-k / top-p mask it in place
         return apply_top_k_top_p(logits, k, p)
 
     return wrapper
@@ -164,17 +178,15 @@ def _seeded_rows_as_plain(rejection_sample):
                                cu_num_draft_tokens, draft_probs, target_logits,
                                bonus_token_ids, sampling_metadata, *args, **kwargs)
         step = _STEP.get()
-        if step is None or "logits" not in step[1]:
+        if step is None or step.logits is None:
             return out
-        states, captured, sampler = step
         gens, top_k, top_p = (sampling_metadata.generators, sampling_metadata.top_k,
                               sampling_metadata.top_p)
-        for i, state in states.items():
-            first = int(cu_num_draft_tokens[i - 1]) if i else 0
+        for j, (i, state) in enumerate(step.states.items()):
             gens[i].set_state(state)
-            token, _ = sampler(captured["logits"][first:first + 1].clone(), {0: gens[i]},
-                               None if top_k is None else top_k[i:i + 1],
-                               None if top_p is None else top_p[i:i + 1])
+            token, _ = step.sampler(step.logits[j:j + 1].clone(), {0: gens[i]},
+                                    None if top_k is None else top_k[i:i + 1],
+                                    None if top_p is None else top_p[i:i + 1])
             out[i].fill_(-1)  # PLACEHOLDER_TOKEN_ID: not emitted
             out[i, 0] = int(token[0])
         return out
