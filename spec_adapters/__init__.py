@@ -13,8 +13,7 @@ See docs/architecture.md.
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from spec_adapters.lazy import lazy_exports
 
 # public name -> submodule defining it
 _EXPORTS = {
@@ -44,14 +43,4 @@ _EXPORTS = {
 __all__ = sorted(_EXPORTS)
 
 
-def __getattr__(name: str) -> Any:
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module 'spec_adapters' has no attribute {name!r}")
-    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
-    globals()[name] = value  # cache: later lookups skip __getattr__
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_EXPORTS))
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

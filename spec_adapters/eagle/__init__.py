@@ -6,8 +6,7 @@ the package (``train_config``) can be imported without torch.
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from spec_adapters.lazy import lazy_exports
 
 _EXPORTS = {"HedgeSpecDecoder": "decoder", "EagleHead": "head", "EagleHeadConfig": "head",
             "HeadPool": "pool", "TreeConfig": "tree"}
@@ -15,10 +14,4 @@ _EXPORTS = {"HedgeSpecDecoder": "decoder", "EagleHead": "head", "EagleHeadConfig
 __all__ = sorted(_EXPORTS)
 
 
-def __getattr__(name: str) -> Any:
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module 'spec_adapters.eagle' has no attribute {name!r}")
-    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
-    globals()[name] = value
-    return value
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

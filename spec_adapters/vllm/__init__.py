@@ -11,8 +11,7 @@ as a plugin in every process, which must not pull in the proposer and its drafte
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from spec_adapters.lazy import lazy_exports
 
 _EXPORTS = {"ENV_VAR": "config", "ProposerConfig": "config", "load_config": "config",
             "HedgeSpecProposer": "proposer"}
@@ -20,10 +19,4 @@ _EXPORTS = {"ENV_VAR": "config", "ProposerConfig": "config", "load_config": "con
 __all__ = sorted(_EXPORTS)
 
 
-def __getattr__(name: str) -> Any:
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module 'spec_adapters.vllm' has no attribute {name!r}")
-    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
-    globals()[name] = value
-    return value
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
