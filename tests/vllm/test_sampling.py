@@ -108,4 +108,6 @@ def test_the_sampled_law_under_speculation_is_plain_vllms(runs):
             steps.setdefault(rec["req"], []).append((rec["n"], rec["k"]))
     drafted = sum(k for seq in steps.values() for _n, k in seq)
     jumps = sum(b[0] - a[0] > 1 for seq in steps.values() for a, b in pairwise(seq))
-    assert len(steps) == N_LAW and drafted > N_LAW and jumps > N_LAW // 10, (drafted, jumps)
+    # (600 requests with one prompt: twins may trade states, or one start afresh, as vLLM
+    # passes no request ids; at least one state per request)
+    assert len(steps) >= N_LAW and drafted > N_LAW and jumps > N_LAW // 10, (drafted, jumps)
