@@ -45,7 +45,7 @@ from spec_adapters.app.measure import time_calls
 from spec_adapters.core.policies import make_policy
 from spec_adapters.eagle import EagleHead, EagleHeadConfig, HeadPool, TreeConfig
 from spec_adapters.eagle.tree import draft_tree, verify_tree
-from spec_adapters.hf.target import _cache_kwarg, crop_cache, forward_cached, new_cache
+from spec_adapters.hf.target import cache_kwarg, crop_cache, forward_cached, new_cache
 
 LLAMA31_8B = dict(vocab_size=128256, hidden_size=4096, intermediate_size=14336,
                   num_hidden_layers=32, num_attention_heads=32, num_key_value_heads=8,
@@ -123,7 +123,7 @@ def run(config: str = "small", device: str = "cpu", dtype: str = "float32",
     ids = torch.randint(3, V, (ctx + 1,), generator=torch.Generator().manual_seed(0)).to(dev)
     cache = new_cache(target)
     out = target(input_ids=ids[:-1].view(1, -1), use_cache=True, output_hidden_states=True,
-                 **{_cache_kwarg(target): cache})
+                 **{cache_kwarg(target): cache})
     feats = torch.cat([out.hidden_states[i][0] for i in layers], -1)
     rows = {}
 

@@ -199,3 +199,37 @@ def test_the_cycle_finder_sees_a_circle_through_function_local_and_relative_impo
     assert graph["spec_adapters.eagle"] == {"spec_adapters.eagle.train"}
     assert graph["spec_adapters.eagle.train"] == {"spec_adapters.app.cli"}  # not TYPE_CHECKING
     assert import_cycles(graph) == [["spec_adapters.app.cli", "spec_adapters.eagle.train"]]
+
+
+def private_imports_across_packages(root: Path = ROOT) -> list[str]:
+    """``from a.b.m import _name`` where the importer is outside package ``a.b``: a private
+    name used as if it were public (within one package, helpers may share private names)."""
+    known = project_modules(root)
+    found = []
+    for name, path in known.items():
+        for node in _run_time_nodes(ast.parse(path.read_text(), str(path))):
+            if not (isinstance(node, ast.ImportFrom) and node.module and not node.level
+                    and node.module in known):
+                continue
+            owner = node.module.rpartition(".")[0]
+            inside = name == owner or name.startswith(owner + ".")
+            found += [f"{name} imports {node.module}.{a.name}" for a in node.names
+                      if a.name.startswith("_") and not inside]
+    return found
+
+
+def test_no_private_name_is_imported_from_another_package():
+    assert private_imports_across_packages() == []
+
+
+def test_the_private_import_check_sees_one(tmp_path):
+    for pkg in PACKAGES:
+        (tmp_path / pkg).mkdir()
+        (tmp_path / pkg / "__init__.py").write_text("")
+    (tmp_path / "spec_adapters" / "hf").mkdir()
+    (tmp_path / "spec_adapters" / "hf" / "__init__.py").write_text("")
+    (tmp_path / "spec_adapters" / "hf" / "target.py").write_text("def _kw(): pass\n")
+    (tmp_path / "spec_adapters" / "tree.py").write_text(
+        "def f():\n    from spec_adapters.hf.target import _kw\n")
+    assert private_imports_across_packages(tmp_path) == [
+        "spec_adapters.tree imports spec_adapters.hf.target._kw"]

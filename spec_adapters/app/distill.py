@@ -103,7 +103,7 @@ def answer_batch(model, tokenizer, prompts: Sequence[str], max_new_tokens: int) 
     import torch
 
     from spec_adapters.app.domains import chat_ids
-    from spec_adapters.hf.target import _cache_kwarg, new_cache
+    from spec_adapters.hf.target import cache_kwarg, new_cache
 
     eos = model.generation_config.eos_token_id
     eos = set(eos if isinstance(eos, list) else [eos]) - {None}
@@ -116,7 +116,7 @@ def answer_batch(model, tokenizer, prompts: Sequence[str], max_new_tokens: int) 
         inp[i, L - len(x):], mask[i, L - len(x):] = x, 1
     pos = (mask.cumsum(-1) - 1).clamp(min=0)
     cache = new_cache(model)
-    kv = {_cache_kwarg(model): cache}
+    kv = {cache_kwarg(model): cache}
     answers: list[list[int]] = [[] for _ in ids]
     rows = torch.arange(len(ids))
     with torch.inference_mode():

@@ -78,6 +78,7 @@ __all__ = [
     "Sources",
     "brown_untag",
     "chat_ids",
+    "check_domain_names",
     "fetch_sources",
     "gcide_entries",
     "load_domain",
@@ -137,7 +138,9 @@ _BUILDERS: dict[str, Callable[[Sources, int, int], Split]] = {
 }
 
 
-def _check_names(domains: Iterable[str] | None) -> list[str]:
+def check_domain_names(domains: Iterable[str] | None) -> list[str]:
+    """``domains`` as a list (``None``: all of :data:`DOMAINS`); ``ValueError`` naming any
+    unknown one."""
     names = list(DOMAINS if domains is None else domains)
     unknown = [d for d in names if d not in DOMAINS]
     if unknown:
@@ -182,7 +185,7 @@ def save_domain(cache_dir: str | os.PathLike, domain: Domain) -> dict:
     ``domain.meta`` supplies the descriptive fields (``licence``, ``split``, ``seed``); sizes,
     checksums and the layout version are added. Returns the written ``meta``.
     """
-    _check_names([domain.name])
+    check_domain_names([domain.name])
     with atomic_folder(_folder(cache_dir, domain.name)) as tmp:
         for f, rows in zip(_FILES, (domain.train, domain.prompts, domain.train_prompts),
                            strict=True):
@@ -226,7 +229,7 @@ def prepare_domains(cache_dir: str | os.PathLike, domains: Iterable[str] | None 
     dict
         ``name -> meta`` (source, licence, sizes, split).
     """
-    names = _check_names(domains)
+    names = check_domain_names(domains)
     why = {d: "rebuild forced" if force else _problem(_folder(cache_dir, d)) for d in names}
     todo = [d for d in names if why[d] is not None]
     if not todo:
@@ -275,7 +278,7 @@ def load_domain(name: str, cache_dir: str | os.PathLike) -> Domain:
         Its folder is corrupt or incomplete (the message names the file and the command that
         rebuilds it).
     """
-    _check_names([name])
+    check_domain_names([name])
     folder = _folder(cache_dir, name)
     fix = f"`python -m spec_adapters.app.domains --cache-dir {cache_dir}`"
     why = _problem(folder)
@@ -296,7 +299,7 @@ def load_domain(name: str, cache_dir: str | os.PathLike) -> Domain:
 
 def load_domains(cache_dir: str | os.PathLike, names: Iterable[str] | None = None
                  ) -> dict[str, Domain]:
-    return {d: load_domain(d, cache_dir) for d in _check_names(names)}
+    return {d: load_domain(d, cache_dir) for d in check_domain_names(names)}
 
 
 def chat_ids(tokenizer, prompt: str, system: str | None = None):

@@ -75,9 +75,9 @@ class PoolConfig:
                                  self.distilled_tokens, self.answer_weight, self.context_weight)
 
     def __post_init__(self) -> None:
-        from spec_adapters.app.domains import _check_names
+        from spec_adapters.app.domains import check_domain_names
 
-        self.domains = tuple(_check_names(self.domains))
+        self.domains = tuple(check_domain_names(self.domains))
         _ = self.ngram  # the n-gram settings are checked where they are defined
         if self.router and len(self.domains) < 2:
             raise ValueError("the router needs at least two domains")

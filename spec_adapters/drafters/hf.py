@@ -12,7 +12,7 @@ import torch
 
 from spec_adapters.drafters.base import Drafter, sample_draft
 from spec_adapters.hf.target import (
-    _cache_kwarg,
+    cache_kwarg,
     context_length,
     crop_cache,
     forward_cached,
@@ -45,7 +45,7 @@ class HFDrafter:
         self.vocab_size = output_vocab_size(model)
         self.max_length = context_length(model)
         self.device = next(model.parameters()).device
-        self._kwarg = _cache_kwarg(model)
+        self._kwarg = cache_kwarg(model)
         self._cache = None
         self._length = 0
         self._next_logits: torch.Tensor | None = None
@@ -139,7 +139,7 @@ class StackedHFDrafters:
         self.config = first.config
         self.vocab_size = output_vocab_size(first)
         self.device = next(first.parameters()).device
-        self._kwarg = _cache_kwarg(first)
+        self._kwarg = cache_kwarg(first)
         self._layers = first.config.get_text_config().num_hidden_layers \
             if hasattr(first.config, "get_text_config") else first.config.num_hidden_layers
         names = list(names) if names is not None else [

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 
 import torch
 
-from spec_adapters.hf.target import _cache_kwarg, crop_cache
+from spec_adapters.hf.target import cache_kwarg, crop_cache
 
 __all__ = ["DraftTree", "TreeConfig", "accept_greedy", "ancestor_mask", "compact_cache",
            "draft_tree", "verify_tree"]
@@ -230,7 +230,7 @@ def verify_tree(model, cache, tree: DraftTree, feature_layers=None):
     out = model(input_ids=tree.tokens.view(1, -1).to(device),
                 attention_mask=mask[None, None], position_ids=pos, use_cache=True,
                 output_hidden_states=feature_layers is not None,
-                **{_cache_kwarg(model): cache})
+                **{cache_kwarg(model): cache})
     feats = None
     if feature_layers is not None:
         feats = torch.cat([out.hidden_states[i][0] for i in feature_layers], -1)

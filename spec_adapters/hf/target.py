@@ -21,8 +21,8 @@ import torch
 
 from spec_adapters.hf.rows_first import rows_first_twin
 
-__all__ = ["TargetModel", "compiled_step", "context_length", "crop_cache", "fastest_net",
-           "forward_cached", "new_cache", "output_vocab_size"]
+__all__ = ["TargetModel", "cache_kwarg", "compiled_step", "context_length", "crop_cache",
+           "fastest_net", "forward_cached", "new_cache", "output_vocab_size"]
 
 log = logging.getLogger(__name__)
 
@@ -37,7 +37,7 @@ def new_cache(model):
         return DynamicCache()
 
 
-def _cache_kwarg(model) -> str:
+def cache_kwarg(model) -> str:
     """transformers >= 5.x calls the cache argument ``cache``; earlier versions
     ``past_key_values``."""
     params = inspect.signature(model.forward).parameters
@@ -49,7 +49,7 @@ def forward_cached(model, ids: torch.LongTensor, cache, kwarg: str | None = None
 
     Positions are taken from the cache length, so the caller never passes position ids.
     """
-    kwarg = kwarg or _cache_kwarg(model)
+    kwarg = kwarg or cache_kwarg(model)
     with torch.inference_mode():
         out = model(input_ids=ids.view(1, -1), use_cache=True, **{kwarg: cache})
     return out.logits[0].float()
@@ -109,7 +109,7 @@ def fastest_net(nets: Sequence[torch.nn.Module], rows: Sequence[int] = (1, 5),
     ids = ids.to(next(nets[0].parameters()).device)
     costs = []
     for net in nets:
-        kwarg, cache = _cache_kwarg(net), new_cache(net)
+        kwarg, cache = cache_kwarg(net), new_cache(net)
         forward_cached(net, ids[:context], cache, kwarg)
         cost = 0.0
         for m in rows:
@@ -167,7 +167,7 @@ def compiled_step(net: torch.nn.Module, rows: Sequence[int] = (1, 2, 3, 5),
     """
     if net not in _COMPILED:
         step = torch.compile(net, dynamic=True)
-        vocab, kwarg = output_vocab_size(net), _cache_kwarg(net)
+        vocab, kwarg = output_vocab_size(net), cache_kwarg(net)
         device = next(net.parameters()).device
         t = time.perf_counter()
         for context in contexts:
@@ -236,7 +236,7 @@ class TargetModel:
         else:
             self.net = rows_first_twin(self.model) if rows_first else self.model
         self.step_net = compiled_step(self.net) if compiled else self.net
-        self._kwarg = _cache_kwarg(model)
+        self._kwarg = cache_kwarg(model)
         self.cache = None
         self.calls = 0
 
