@@ -54,17 +54,21 @@ def comma_list(text: str) -> tuple[str, ...]:
     return items
 
 
-def ints_arg(lo: int) -> Callable[[str], tuple[int, ...]]:
-    """An argparse ``type``: distinct comma-separated integers ``>= lo`` (``"1,4,16"``)."""
-    one = int_arg(lo)
-
-    def parse(text: str) -> tuple[int, ...]:
+def distinct_list(one: Callable[[str], object]) -> Callable[[str], tuple]:
+    """An argparse ``type``: distinct comma-separated values, each parsed by ``one``
+    (``distinct_list(int_arg(1))`` reads ``"1,4,16"``)."""
+    def parse(text: str) -> tuple:
         values = tuple(one(t) for t in comma_list(text))
         if len(set(values)) < len(values):
             raise argparse.ArgumentTypeError(f"a value given more than once in {text!r}")
         return values
 
     return parse
+
+
+def ints_arg(lo: int) -> Callable[[str], tuple[int, ...]]:
+    """An argparse ``type``: distinct comma-separated integers ``>= lo`` (``"1,4,16"``)."""
+    return distinct_list(int_arg(lo))
 
 
 def float_arg(lo: float, hi: float | None = None, lo_open: bool = False

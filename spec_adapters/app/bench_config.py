@@ -5,7 +5,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-__all__ = ["DECODER_POLICIES", "POLICIES", "PRESETS", "VARIANTS", "BenchConfig"]
+__all__ = ["DECODER_POLICIES", "POLICIES", "PRESETS", "TOP_P", "VARIANTS", "BenchConfig"]
+
+TOP_P = 0.9  # the chat setting's nucleus, with a temperature (hedgespec bench-vllm)
 
 POLICIES = ("normalhedge", "normalhedge-cost", "normalhedge-carry", "hedge", "adahedge",
             "exp3spec", "ucbspec", "metasd-ucb")

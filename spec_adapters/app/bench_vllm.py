@@ -2,8 +2,10 @@
 
 One run over the benchmark prompts (the domains' held-out prompts, the shuffled mixed stream
 of :func:`spec_adapters.app.bench.mixed_stream`, chat template applied with the target's
-tokenizer), greedy, ``max_new_tokens`` per request (EOS ignored, so every method generates the
-same tokens). Methods (:func:`method_specs`):
+tokenizer), greedy or at a temperature (with top-p 0.9), at most ``max_new_tokens`` per
+request. Requests stop at EOS, as users send them; ``stop_at_eos=False`` (``--ignore-eos``)
+is a labelled stress setting: past its answer the 135M target mostly repeats itself, which
+flatters every drafter exactly where speculation is weakest. Methods (:func:`method_specs`):
 
 ``plain``        vLLM without speculation (the reference: outputs and speed);
 ``ngram``        vLLM's ``{"method": "ngram", "num_speculative_tokens": K}``;
@@ -14,29 +16,38 @@ same tokens). Methods (:func:`method_specs`):
 ``fixed:<name>`` the proposer with one drafter always (every prompt-lookup size and every
                  n-gram drafter of the target's pool).
 
-Each (method, concurrency) phase (1, 4, 16 requests in flight) is one fresh vLLM engine in a
+Phases: at most ``c`` requests in flight for each ``c`` of ``concurrencies`` (the next prompt
+starts as soon as one finishes), and for each rate of ``arrival_rates`` requests arriving
+over time (Poisson, that many per second, at most ``max(concurrencies)`` in flight), phase
+``"<rate>/s"``. Each (method, phase) is one fresh vLLM engine in a
 subprocess of the vLLM environment's interpreter (:func:`spec_adapters.app.serve.find_vllm_python`,
 the environment of :func:`spec_adapters.app.serve.server_env`;
 :mod:`spec_adapters.app.bench_vllm_runner`): the suffix drafter's memory of the stream must not
 hold an earlier phase's answers to the same prompts (in one engine, the 4-concurrent phase
 reached MAT 4.07 that way), and the warm-up request is half a prompt. One record per (method,
-concurrency) is appended to ``<out>/records.jsonl`` as soon as its phase ends; a re-run with
+phase) is appended to ``<out>/records.jsonl`` as soon as its phase ends; a re-run with
 the same settings skips the records there (resumable), a run with other settings is refused.
 
 Per (method, concurrency) (:func:`aggregate`): tokens/s = all new tokens / the phase's wall
 time; MAT = new tokens / target steps, a request's steps being its new tokens minus its
 accepted draft tokens (each step yields the accepted drafts + one token; vLLM's per-request
 speculative counts); seconds per request (mean time in flight); speed-ups against ``plain``
-and ``ngram`` at the same concurrency; per domain, tokens/s over the domain's requests' time in
-flight; and whether every output equals ``plain``'s token for token. Written to
-``results.json``, ``tables.md`` and ``bench_vllm.png``.
+and ``ngram`` in the same phase; per domain, tokens/s over the domain's requests' time in
+flight; the share of request-steps that drafted (vLLM's counters: drafts / (generated tokens -
+accepted tokens)); for the proposer, the share of engine steps in which any row drafted and its
+own time's share of a step (its telemetry, :mod:`spec_adapters.vllm.telemetry`); and, greedy,
+whether every output equals ``plain``'s token for token. Written to ``results.json``,
+``tables.md`` and ``bench_vllm.png``.
 
 Presets (:data:`PRESETS`)::
 
     hedgespec bench-vllm --preset quick   # 2 prompts per domain, 64 tokens, c = 1, 4;
                                           # plain, ngram, hedgespec (~4 min on 2 cores)
     hedgespec bench-vllm --preset targets # 5 per domain, 256 tokens, c = 1, 4, 16; plain,
-                                          # ngram, hedgespec: the issue's targets
+                                          # ngram, hedgespec: issue 12's targets
+    hedgespec bench-vllm --preset load    # 5 per domain, 128 tokens, c = 1 .. 32 and 1
+                                          # request/s arriving; plain, ngram, hedgespec
+                                          # (add --temperature 0.7 for the chat setting)
     hedgespec bench-vllm --preset full    # the same sizes, every method (hours)
     hedgespec bench-vllm --preset demo    # make demo's stream: 1 per domain, c = 1
 """
@@ -51,6 +62,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from spec_adapters.app.bench import Records, mixed_stream
+from spec_adapters.app.bench_config import TOP_P
 from spec_adapters.app.log import log
 from spec_adapters.app.serve import ROOT, SPEC_CLASS, find_vllm_python, server_env
 from spec_adapters.vllm.config import ProposerConfig
@@ -68,6 +80,11 @@ TARGETS = (("one at a time, x vLLM ngram", "hedgespec", "ngram", 1, 1.25),
            ("one at a time, x vLLM plain", "hedgespec", "plain", 1, 1.6),
            ("16 concurrent, x vLLM plain", "hedgespec", "plain", 16, 1.0),
            ("one at a time, worst domain x vLLM plain", "hedgespec", "plain", None, 0.97))
+# issue 26's, over a concurrency sweep: (name, key, goal, the goal is a ceiling)
+LOAD_TARGETS = (("every concurrency, worst x vLLM plain", "x_plain", 1.0, False),
+                ("every concurrency, worst x vLLM ngram", "x_ngram", 1.1, False),
+                ("proposer's share of a step at the highest concurrency", "overhead", 0.03,
+                 True))
 WARMUP_TOKENS = 8
 
 
@@ -88,7 +105,13 @@ class VllmBenchConfig:
     k : int
         ``num_speculative_tokens`` of every speculating method (K).
     seed : int
-        Stream order and the proposer's seed.
+        Stream order, arrival times and the proposer's seed.
+    stop_at_eos : bool
+        ``False``: EOS ignored, every request runs to ``max_new_tokens`` (a stress setting).
+    temperature : float
+        0: greedy; above, sampled with top-p :data:`TOP_P`.
+    arrival_rates : tuple of float
+        Requests per second of the arriving-over-time phases.
     """
 
     queries_per_domain: int = 5
@@ -97,6 +120,9 @@ class VllmBenchConfig:
     methods: tuple[str, ...] | None = None
     k: int = 4
     seed: int = 0
+    stop_at_eos: bool = True
+    temperature: float = 0.0
+    arrival_rates: tuple[float, ...] = ()
 
     def __post_init__(self) -> None:
         for name in ("queries_per_domain", "max_new_tokens", "k"):
@@ -109,6 +135,12 @@ class VllmBenchConfig:
         if bad:
             raise ValueError(f"unknown methods {bad}; expected {LEARNERS} or fixed:<drafter>")
         object.__setattr__(self, "concurrencies", cs)
+        rates = tuple(self.arrival_rates)
+        if any(not r > 0 for r in rates) or list(rates) != sorted(set(rates)):
+            raise ValueError(f"arrival_rates must be ascending numbers > 0, got {rates}")
+        object.__setattr__(self, "arrival_rates", rates)
+        if not 0 <= self.temperature < float("inf"):
+            raise ValueError(f"temperature must be >= 0, got {self.temperature}")
         if self.methods is not None:
             object.__setattr__(self, "methods", tuple(self.methods))
 
@@ -122,16 +154,24 @@ PRESETS: dict[str, VllmBenchConfig] = {
     # make demo: the demo's mixed stream through vLLM, one request at a time
     "demo": VllmBenchConfig(queries_per_domain=1, max_new_tokens=40, concurrencies=(1,),
                             methods=("plain", "ngram", "hedgespec")),
+    # issue 26: the load sweep on requests that stop at EOS
+    "load": VllmBenchConfig(max_new_tokens=128, concurrencies=(1, 2, 4, 8, 16, 32),
+                            arrival_rates=(1.0,), methods=("plain", "ngram", "hedgespec")),
 }
+
+
+def phase_key(concurrency: int, rate: float | None) -> str:
+    """A phase's name: ``"16"`` (16 in flight) or ``"1/s"`` (arriving at 1 request/s)."""
+    return str(concurrency) if rate is None else f"{rate:g}/s"
 
 
 class VllmRecords(Records):
     """The append-only ``records.jsonl`` of :class:`spec_adapters.app.bench.Records`, one
-    record per (method, concurrency)."""
+    record per (method, phase)."""
 
     @staticmethod
     def key(r: dict) -> tuple:
-        return (r["method"], int(r["concurrency"]))
+        return (r["method"], phase_key(int(r["concurrency"]), r.get("rate")))
 
 
 # ------------------------------------------------------------------------------------------
@@ -244,21 +284,26 @@ def run_bench_vllm(target: Path, tokenizer, domains: dict, pool: Path, cfg: Vllm
     python = find_vllm_python()
     job = {"model": str(Path(target).resolve()), "prompts": prompts,
            "max_tokens": cfg.max_new_tokens, "warmup_tokens": WARMUP_TOKENS,
+           "stop_at_eos": cfg.stop_at_eos, "temperature": cfg.temperature, "top_p": TOP_P,
+           "seed": cfg.seed,
            "max_model_len": max(len(p["ids"]) for p in prompts) + cfg.max_new_tokens + cfg.k + 8,
            "max_num_seqs": max(cfg.concurrencies)}
+    phases = [(c, None) for c in cfg.concurrencies] + \
+        [(max(cfg.concurrencies), r) for r in cfg.arrival_rates]
     for m in methods:
-        todo = [c for c in cfg.concurrencies if not records.has(m, c)]
+        todo = [(c, r) for c, r in phases if not records.has(m, phase_key(c, r))]
         if not todo:
             continue
-        log(f"bench-vllm: {m} at concurrency {', '.join(map(str, todo))} "
+        log(f"bench-vllm: {m}, phases {', '.join(phase_key(c, r) for c, r in todo)} "
             f"({len(prompts)} prompts x {cfg.max_new_tokens} tokens)")
         spec, settings_m = method_specs(m, names, pool, cache_dir, cfg.k, cfg.seed)
-        for c in todo:  # a fresh engine per phase: no memory of another phase's answers
+        for c, r in todo:  # a fresh engine per phase: no memory of another phase's answers
             for rec in _run_engine(python, {**job, "method": m, "speculative_config": spec,
-                                            "concurrencies": [c]}, settings_m, out, threads):
+                                            "phases": [{"concurrency": c, "rate": r}]},
+                                   settings_m, out, threads):
                 records.add(rec)
     records_list = list(records.rows.values())
-    summary = aggregate(records_list)
+    summary = aggregate(records_list, greedy=cfg.temperature == 0, cap=cfg.max_new_tokens)
     summary["settings"] = settings
     (out / "results.json").write_text(json.dumps(
         {**summary, "records": [{**r, "requests": [{k: v for k, v in q.items() if k != "tokens"}
@@ -290,12 +335,15 @@ def _run_engine(python: Path, job: dict, proposer: dict | None, out: Path, threa
     failed (so that the finished phases are kept)."""
     logs = out / "logs"
     logs.mkdir(exist_ok=True)
-    log_path = logs / (f"{job['method'].replace(':', '_')}-c"
-                       + "-".join(map(str, job["concurrencies"])) + ".log")
+    log_path = logs / (f"{job['method'].replace(':', '_')}-"
+                       + "-".join(phase_key(p["concurrency"], p["rate"]).replace("/", "per")
+                                  for p in job["phases"]) + ".log")
     with tempfile.TemporaryDirectory(prefix="hedgespec-bench-vllm-") as tmp:
-        job_path, res_path, cfg_path = (Path(tmp) / n for n in
-                                        ("job.json", "out.jsonl", "proposer.json"))
-        job_path.write_text(json.dumps(job))
+        job_path, res_path, cfg_path, stats_path = (
+            Path(tmp) / n for n in ("job.json", "out.jsonl", "proposer.json", "stats.json"))
+        if proposer is not None:  # the proposer's telemetry, read by the runner per phase
+            proposer = {**proposer, "stats": str(stats_path)}
+        job_path.write_text(json.dumps({**job, "stats": proposer and str(stats_path)}))
         cfg_path.write_text(json.dumps(proposer or {}))
         env = server_env(python, cfg_path, threads=threads)
         env["OMP_NUM_THREADS"] = str(threads)
@@ -317,6 +365,22 @@ def _run_engine(python: Path, job: dict, proposer: dict | None, out: Path, threa
 # ------------------------------------------------------------------------------------------
 # aggregation, tables, plot
 # ------------------------------------------------------------------------------------------
+def _drafting(r: dict) -> dict:
+    """How much a phase drafted: the share of request-steps that drafted (vLLM's counters),
+    and from the proposer's telemetry the share of engine steps in which any row drafted and
+    its own time's share of the steps (``None`` where not known)."""
+    cn = r.get("counters") or {}
+    steps = cn.get("vllm:generation_tokens", 0) - cn.get("vllm:spec_decode_num_accepted_tokens",
+                                                         0)
+    pr = r.get("proposer") or {}
+    return {"drafted_share": cn.get("vllm:spec_decode_num_drafts", 0) / steps if steps > 0
+            else None,
+            "steps_drafted_share": pr["steps_drafted"] / pr["steps"] if pr.get("steps")
+            else None,
+            "overhead": pr["propose_s"] / pr["step_s"] if pr.get("step_s") else None,
+            "drafters": pr.get("drafters")}
+
+
 def _stats(reqs: list[dict], seconds: float) -> dict:
     """tok/s over ``seconds``, MAT and mean time in flight of some requests."""
     tok = sum(q["new_tokens"] for q in reqs)
@@ -333,39 +397,53 @@ def _ratio(a, b):
     return a / b if a is not None and b else None
 
 
-def aggregate(records: list[dict]) -> dict:
+def aggregate(records: list[dict], greedy: bool = True, cap: int | None = None) -> dict:
     """The benchmark's tables from its records (see the module docstring).
+
+    Parameters
+    ----------
+    records : list of dict
+    greedy : bool
+        Whether outputs are compared with ``plain``'s (sampled outputs differ by chance).
+    cap : int, optional
+        ``max_new_tokens``: the share of requests that reached it rather than EOS is reported.
 
     Returns
     -------
     dict
-        ``concurrencies``; ``methods``: method -> str(concurrency) -> ``tok_s``, ``mat``,
-        ``s_per_request``, ``requests``, ``new_tokens``, ``steps``, ``accepted``,
-        ``drafted``, ``seconds``, ``x_plain``, ``x_ngram``, ``identical`` (every output equals
-        ``plain``'s at that concurrency; ``None`` without a ``plain`` record),
+        ``concurrencies`` and ``phases`` (:func:`phase_key`, the concurrencies first);
+        ``methods``: method -> phase -> ``tok_s``, ``mat``, ``s_per_request``, ``requests``,
+        ``new_tokens``, ``steps``, ``accepted``, ``drafted``, ``seconds``, ``x_plain``,
+        ``x_ngram``, ``drafted_share``, ``steps_drafted_share``, ``overhead``, ``drafters``
+        (:func:`_drafting`), ``cap_share`` (requests that reached ``cap`` rather than EOS;
+        ``None`` without ``cap``), ``identical`` (greedy: every output
+        equals ``plain``'s in that phase; ``None`` without a ``plain`` record or sampled),
         ``mismatched`` (those qids) and ``domains``: domain -> ``tok_s`` (over the time in
         flight of its requests), ``mat``, ``x_plain``; ``domains``; ``targets``: issue 12's
         goals (:data:`TARGETS`) that the records can answer, each ``name``, ``value``,
         ``goal``, ``met``.
     """
-    by = {(r["method"], int(r["concurrency"])): r for r in records}
+    by = {VllmRecords.key(r): r for r in records}
+    phases = sorted({c for _m, c in by}, key=lambda c: (c.endswith("/s"), float(c.split("/")[0])))
     methods: dict = defaultdict(dict)
-    for (m, c), r in sorted(by.items(), key=lambda x: (_order(x[0][0]), x[0][1])):
-        row = {**_stats(r["requests"], r["seconds"]), "seconds": r["seconds"]}
+    for (m, c), r in sorted(by.items(), key=lambda x: (_order(x[0][0]), phases.index(x[0][1]))):
+        row = {**_stats(r["requests"], r["seconds"]), "seconds": r["seconds"], **_drafting(r),
+               "cap_share": None if cap is None else
+               sum(q["new_tokens"] >= cap for q in r["requests"]) / max(len(r["requests"]), 1)}
         per: dict = defaultdict(list)
         for q in r["requests"]:
             per[q["domain"]].append(q)
         row["domains"] = {d: _stats(qs, sum(q["seconds"] for q in qs))
                           for d, qs in sorted(per.items())}
         plain = by.get(("plain", c))
-        if plain is not None:
+        if plain is not None and greedy:
             ref = {q["qid"]: q["tokens"] for q in plain["requests"]}
             row["mismatched"] = [q["qid"] for q in r["requests"]
                                  if ref.get(q["qid"]) != q["tokens"]]
             row["identical"] = not row["mismatched"]
         else:
             row["mismatched"], row["identical"] = [], None
-        methods[m][str(c)] = row
+        methods[m][c] = row
     for rows in methods.values():
         for c, row in rows.items():
             base = {ref: methods.get(ref, {}).get(c) for ref in ("plain", "ngram")}
@@ -376,8 +454,9 @@ def aggregate(records: list[dict]) -> dict:
                 dr["x_plain"] = _ratio(dr["tok_s"], b["tok_s"]) if b else None
     domains = sorted({d for rows in methods.values() for row in rows.values()
                       for d in row["domains"]})
-    return {"concurrencies": sorted({c for _m, c in by}), "methods": dict(methods),
-            "domains": domains, "targets": _targets(methods)}
+    return {"concurrencies": [int(c) for c in phases if not c.endswith("/s")],
+            "phases": phases, "methods": dict(methods), "domains": domains,
+            "targets": _targets(methods)}
 
 
 def _order(method: str) -> tuple:
@@ -385,6 +464,8 @@ def _order(method: str) -> tuple:
 
 
 def _targets(methods: dict) -> list[dict]:
+    """Issue 12's goals (:data:`TARGETS`) and, over a sweep of two or more concurrencies, issue
+    26's (:data:`LOAD_TARGETS`) that the records can answer."""
     out = []
     for name, m, ref, c, goal in TARGETS:
         row = methods.get(m, {}).get(str(c or 1))
@@ -397,6 +478,18 @@ def _targets(methods: dict) -> list[dict]:
             value = row[f"x_{ref}"]
         if value is not None:
             out.append({"name": name, "value": value, "goal": goal, "met": value >= goal})
+    rows = {c: r for c, r in methods.get("hedgespec", {}).items() if not c.endswith("/s")}
+    if len(rows) < 2:
+        return out
+    for name, key, goal, at_most in LOAD_TARGETS:
+        if key == "overhead":
+            values = [rows[max(rows, key=int)]["overhead"]]
+        else:
+            values = [r[key] for r in rows.values()]
+        if values and None not in values:
+            value = max(values) if at_most else min(values)
+            out.append({"name": name, "value": value, "goal": goal,
+                        "met": value <= goal if at_most else value >= goal})
     return out
 
 
@@ -411,25 +504,36 @@ def _f(x, fmt: str = "{:.2f}") -> str:
     return "–" if x is None else fmt.format(x)
 
 
-def _phase(c: int) -> str:
-    return "one request at a time" if c == 1 else f"{c} concurrent requests"
+def _phase(c: str) -> str:
+    if c.endswith("/s"):
+        return f"requests arriving at {c} (Poisson)"
+    return "one request at a time" if c == "1" else f"{c} concurrent requests"
 
 
 def markdown(summary: dict) -> str:
-    """Per concurrency the speed table (tok/s, x plain, x ngram, MAT, s / request, outputs
-    equal to plain) and the per-domain speed-up table, then issue 12's targets."""
-    k = summary.get("settings", {}).get("bench_vllm", {}).get("k")
+    """Per phase the speed table (tok/s, x plain, x ngram, MAT, s / request, the share of
+    request-steps that drafted, the proposer's share of a step, outputs equal to plain) and
+    the per-domain speed-up table, then the targets."""
+    st = summary.get("settings", {}).get("bench_vllm", {})
+    k, temp = st.get("k"), st.get("temperature", 0.0)
+    how = ("greedy" if not temp else f"T = {temp:g}, top-p {TOP_P}") + (
+        ", EOS ignored (stress setting)" if st.get("stop_at_eos") is False else
+        ", requests stop at EOS")
     lines = []
-    for c in summary["concurrencies"]:
-        rows = [(m, v[str(c)]) for m, v in summary["methods"].items() if str(c) in v]
-        lines += [f"### vLLM, {_phase(c)}", "",
-                  "| method | tok/s | x plain | x ngram | MAT | s / request | outputs = plain |",
-                  "|---|---|---|---|---|---|---|"]
+    for c in summary.get("phases", [str(c) for c in summary["concurrencies"]]):
+        rows = [(m, v[c]) for m, v in summary["methods"].items() if c in v]
+        lines += [f"### vLLM, {_phase(c)} ({how})", "",
+                  "| method | tok/s | x plain | x ngram | MAT | s / request | drafted steps | "
+                  "proposer time | at cap | outputs = plain |",
+                  "|---|---|---|---|---|---|---|---|---|---|"]
         for m, r in rows:
             same = {None: "–", True: "yes"}.get(r["identical"], f"no ({len(r['mismatched'])})")
             lines.append(f"| {label(m, k)} | {_f(r['tok_s'], '{:.1f}')} | {_f(r['x_plain'])} | "
                          f"{_f(r['x_ngram'])} | {_f(r['mat'])} | "
-                         f"{_f(r['s_per_request'], '{:.1f}')} | {same} |")
+                         f"{_f(r['s_per_request'], '{:.1f}')} | "
+                         f"{_f(r.get('drafted_share'), '{:.0%}')} | "
+                         f"{_f(r.get('overhead'), '{:.1%}')} | "
+                         f"{_f(r.get('cap_share'), '{:.0%}')} | {same} |")
         lines += ["", f"### vLLM per domain, tok/s x vLLM plain, {_phase(c)}", "",
                   "| method | " + " | ".join(summary["domains"]) + " |",
                   "|---|" + "---|" * len(summary["domains"])]
@@ -438,39 +542,43 @@ def markdown(summary: dict) -> str:
                 _f(r["domains"].get(d, {}).get("x_plain")) for d in summary["domains"]) + " |")
         lines.append("")
     if summary["targets"]:
-        lines += ["### Issue 12 targets (HedgeSpec proposer)", "",
+        lines += ["### Targets (HedgeSpec proposer)", "",
                   "| target | value | goal | met |", "|---|---|---|---|"]
-        lines += [f"| {t['name']} | {t['value']:.2f} | {t['goal']:.2f} | "
+        lines += [f"| {t['name']} | {t['value']:.3g} | {t['goal']:.3g} | "
                   f"{'yes' if t['met'] else 'no'} |" for t in summary["targets"]]
         lines.append("")
     return "\n".join(lines)
 
 
 def plot(summary: dict, path: Path) -> Path:
-    """``path`` (PNG): tokens/s and speed-up over vLLM plain against the concurrency, one line
-    per method (the fixed drafters thin and grey)."""
+    """``path`` (PNG): tokens/s, speed-up over vLLM plain and the share of request-steps that
+    drafted against the concurrency, one line per method (the fixed drafters thin and grey)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    k = summary.get("settings", {}).get("bench_vllm", {}).get("k")
-    fig, axes = plt.subplots(1, 2, figsize=(10, 3.8))
+    st = summary.get("settings", {}).get("bench_vllm", {})
+    k, temp = st.get("k"), st.get("temperature", 0.0)
+    cs = summary["concurrencies"]
+    fig, axes = plt.subplots(1, 3, figsize=(14, 3.8))
     for m, rows in summary["methods"].items():
-        cs = sorted(int(c) for c in rows)
         fixed = m.startswith("fixed:")
         style = {"color": "0.7", "lw": 0.8} if fixed else {"marker": "o", "label": label(m, k)}
-        for ax, key in zip(axes, ("tok_s", "x_plain"), strict=True):
-            ys = [rows[str(c)][key] for c in cs]
-            ax.plot(cs, [float("nan") if y is None else y for y in ys], **style)
-    for ax, ylabel in zip(axes, ("tokens / s", "x vLLM plain"), strict=True):
+        have = [c for c in cs if str(c) in rows]
+        for ax, key in zip(axes, ("tok_s", "x_plain", "drafted_share"), strict=True):
+            ys = [rows[str(c)].get(key) for c in have]
+            ax.plot(have, [float("nan") if y is None else y for y in ys], **style)
+    for ax, ylabel in zip(axes, ("tokens / s", "x vLLM plain", "share of request-steps "
+                                 "that drafted"), strict=True):
         ax.set_xscale("log", base=2)
-        ax.set_xticks(summary["concurrencies"], [str(c) for c in summary["concurrencies"]])
+        ax.set_xticks(cs, [str(c) for c in cs])
         ax.set_xlabel("concurrent requests")
         ax.set_ylabel(ylabel)
     axes[1].axhline(1.0, color="k", lw=0.6, ls="--")
     axes[0].legend(fontsize=7)
-    fig.suptitle("HedgeSpec in vLLM vs vLLM's own speculation (greedy)")
+    fig.suptitle("HedgeSpec in vLLM vs vLLM's own speculation ("
+                 + ("greedy" if not temp else f"T = {temp:g}") + ")")
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)

@@ -3,20 +3,24 @@
 
 ``python -m spec_adapters.app.bench_vllm_runner JOB.json OUT.jsonl``. The job holds ``model``
 (a folder), ``method``, ``prompts`` (``{"qid", "domain", "ids"}``, chat template applied),
-``max_tokens``, ``concurrencies``, ``max_model_len``, ``max_num_seqs``, ``warmup_tokens`` and
-``speculative_config`` (``null``: no speculation). The proposer's settings come, as when
-serving, from ``$HEDGESPEC_VLLM_CONFIG``.
+``max_tokens``, ``stop_at_eos``, ``temperature`` (with ``top_p`` when > 0), ``phases``
+(``{"concurrency", "rate"}``), ``max_model_len``, ``max_num_seqs``, ``warmup_tokens``,
+``seed``, ``stats`` (the proposer's stats file, or ``null``) and ``speculative_config``
+(``null``: no speculation). The proposer's settings come, as when serving, from
+``$HEDGESPEC_VLLM_CONFIG``.
 
-One engine (greedy, float32, eager, no prefix caching, so that every phase prefills the same
-prompts) runs an untimed warm-up request, then one phase per concurrency ``c``:
-:func:`closed_loop` keeps ``c`` requests in flight, starting the next prompt as soon as one
-finishes. Each phase appends one JSON line to ``OUT.jsonl`` as soon as it is done (so an
-interrupted method keeps its finished phases): the phase's wall time, per request its tokens,
-time in flight and vLLM's own speculative counts (``per_request_spec_decode_metrics``:
-accepted and drafted tokens), and the change of vLLM's engine-wide counters
-(``LLM.get_metrics()``) over the phase.
+One engine (float32, eager, no prefix caching, so that every phase prefills the same prompts)
+runs an untimed warm-up request, then its phases: :func:`run_requests` keeps at most
+``concurrency`` requests in flight, starting the next prompt as soon as one finishes
+(``rate`` null: every prompt is waiting at the start) or once it has arrived (``rate``
+requests/s: Poisson arrivals, seeded). Each phase appends one JSON line to ``OUT.jsonl`` as
+soon as it is done (so an interrupted method keeps its finished phases): the phase's wall
+time, per request its tokens, time in flight and vLLM's own speculative counts
+(``per_request_spec_decode_metrics``: accepted and drafted tokens), the change of vLLM's
+engine-wide counters (``LLM.get_metrics()``) over the phase, and the proposer's telemetry
+(:mod:`spec_adapters.vllm.telemetry`, its counters' change over the phase).
 
-Only :func:`_main` imports vLLM; the rest imports anywhere (tests drive :func:`closed_loop`
+Only :func:`_main` imports vLLM; the rest imports anywhere (tests drive :func:`run_requests`
 with a fake engine).
 """
 
@@ -29,18 +33,36 @@ from collections import deque
 from collections.abc import Callable
 from pathlib import Path
 
-__all__ = ["COUNTERS", "closed_loop", "counter_totals"]
+__all__ = ["COUNTERS", "STATS_COUNTERS", "arrival_times", "counter_totals", "run_requests"]
 
 # vLLM's engine-wide Prometheus counters read around each phase
 COUNTERS = ("vllm:generation_tokens", "vllm:spec_decode_num_drafts",
             "vllm:spec_decode_num_draft_tokens", "vllm:spec_decode_num_accepted_tokens")
+# the proposer's telemetry counters differenced over a phase
+STATS_COUNTERS = ("steps", "steps_drafted", "rows", "rows_drafted", "drafted_tokens",
+                  "propose_s", "step_s", "evaluated")
 
 
-def closed_loop(engine, prompts: list[dict], make_params: Callable[[], object],
-                concurrency: int, tag: str, clock: Callable[[], float] = time.perf_counter
-                ) -> tuple[list[dict], float]:
-    """Run every prompt with ``concurrency`` requests in flight (the next one is added as soon
-    as one finishes), in ``prompts`` order.
+def arrival_times(n: int, rate: float | None, seed: int) -> list[float] | None:
+    """Seconds after a phase's start at which each of ``n`` requests arrives: a Poisson process
+    of ``rate`` requests/s (exponential gaps, ``seed``), the first at 0; ``None`` without a
+    rate (all waiting at the start)."""
+    if rate is None:
+        return None
+    if not rate > 0:
+        raise ValueError(f"arrival rate must be > 0 requests/s, got {rate!r}")
+    import numpy as np
+
+    gaps = np.random.default_rng(seed).exponential(1.0 / rate, size=n)
+    return np.concatenate([[0.0], np.cumsum(gaps[:-1])]).tolist()
+
+
+def run_requests(engine, prompts: list[dict], make_params: Callable[[], object],
+                 concurrency: int, tag: str, arrivals: list[float] | None = None,
+                 clock: Callable[[], float] = time.perf_counter,
+                 sleep: Callable[[float], None] = time.sleep) -> tuple[list[dict], float]:
+    """Run every prompt with at most ``concurrency`` requests in flight, in ``prompts`` order:
+    the next one is added as soon as one finishes and (``arrivals``) its arrival time has come.
 
     Parameters
     ----------
@@ -56,6 +78,9 @@ def closed_loop(engine, prompts: list[dict], make_params: Callable[[], object],
         Requests in flight (>= 1).
     tag : str
         Prefix of the request ids (unique per phase).
+    arrivals : list of float, optional
+        Seconds after the start at which each prompt arrives (:func:`arrival_times`); an idle
+        engine waits for the next arrival.
 
     Returns
     -------
@@ -71,7 +96,10 @@ def closed_loop(engine, prompts: list[dict], make_params: Callable[[], object],
     done: dict[int, dict] = {}
     start = clock()
     while waiting or in_flight:
-        while waiting and len(in_flight) < concurrency:
+        if not in_flight and arrivals is not None:  # idle: wait for the next request
+            sleep(max(0.0, arrivals[waiting[0][0]] - (clock() - start)))
+        while waiting and len(in_flight) < concurrency and (
+                arrivals is None or arrivals[waiting[0][0]] <= clock() - start):
             i, p = waiting.popleft()
             rid = f"{tag}-{i}"
             engine.add_request(rid, {"prompt_token_ids": list(p["ids"])}, make_params())
@@ -100,6 +128,23 @@ def counter_totals(metrics) -> dict[str, int]:
     return out
 
 
+def _stats(path: str | None) -> dict:
+    """The proposer's telemetry file (``{}`` without one, or before its first write)."""
+    try:
+        return json.loads(Path(path).read_text()) if path else {}
+    except (OSError, ValueError):
+        return {}
+
+
+def _stats_change(before: dict, after: dict) -> dict:
+    """The :data:`STATS_COUNTERS` of ``after`` less ``before``'s, with ``after``'s step model
+    and per-drafter figures (``{}`` without telemetry)."""
+    if not after:
+        return {}
+    out = {k: after[k] - before.get(k, 0) for k in STATS_COUNTERS}
+    return {**out, "step_model": after["step_model"], "drafters": after["drafters"]}
+
+
 def _main(job_path: str, out_path: str) -> None:
     from vllm import LLM, SamplingParams
     from vllm.sampling_params import RequestOutputKind
@@ -114,21 +159,28 @@ def _main(job_path: str, out_path: str) -> None:
               **({"per_request_spec_decode_metrics": "summary"} if spec else {}))
     start_s = time.perf_counter() - t
     engine = llm.llm_engine
+    sampled = {"temperature": job["temperature"]} | (
+        {"top_p": job["top_p"]} if job["temperature"] > 0 else {})
 
     def params(max_tokens: int = job["max_tokens"]) -> SamplingParams:
-        return SamplingParams(temperature=0.0, max_tokens=max_tokens, ignore_eos=True,
-                              detokenize=False, output_kind=RequestOutputKind.FINAL_ONLY)
+        return SamplingParams(**sampled, max_tokens=max_tokens,
+                              ignore_eos=not job["stop_at_eos"], detokenize=False,
+                              output_kind=RequestOutputKind.FINAL_ONLY)
 
     first = job["prompts"][0]  # warm-up on half a prompt: its output is no request's answer
     warm = {**first, "ids": first["ids"][:max(1, len(first["ids"]) // 2)]}
-    closed_loop(engine, [warm], lambda: params(job["warmup_tokens"]), 1, "warmup")
-    for c in job["concurrencies"]:
-        before = counter_totals(llm.get_metrics())
-        requests, seconds = closed_loop(engine, job["prompts"], params, c, f"c{c}")
+    run_requests(engine, [warm], lambda: params(job["warmup_tokens"]), 1, "warmup")
+    for n, phase in enumerate(job["phases"]):
+        c, rate = phase["concurrency"], phase["rate"]
+        before, stats_before = counter_totals(llm.get_metrics()), _stats(job["stats"])
+        requests, seconds = run_requests(
+            engine, job["prompts"], params, c, f"p{n}",
+            arrival_times(len(job["prompts"]), rate, job["seed"]))
         after = counter_totals(llm.get_metrics())
-        rec = {"method": job["method"], "concurrency": c, "seconds": seconds,
+        rec = {"method": job["method"], "concurrency": c, "rate": rate, "seconds": seconds,
                "engine_start_s": start_s, "requests": requests,
-               "counters": {k: after[k] - before[k] for k in COUNTERS}}
+               "counters": {k: after[k] - before[k] for k in COUNTERS},
+               "proposer": _stats_change(stats_before, _stats(job["stats"]))}
         with open(out_path, "a") as fh:
             fh.write(json.dumps(rec) + "\n")
 

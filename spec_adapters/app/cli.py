@@ -35,12 +35,14 @@ import sys
 from spec_adapters.app.args import (
     OneLineParser,
     comma_list,
+    distinct_list,
     file_arg,
     float_arg,
     folder_arg,
     int_arg,
     ints_arg,
 )
+from spec_adapters.app.bench_config import TOP_P
 from spec_adapters.app.cmd_bench import cmd_bench, cmd_demo
 from spec_adapters.app.cmd_build import (
     cmd_distill,
@@ -65,7 +67,8 @@ DTYPES = ("float32", "float16", "bfloat16")
 # spec_adapters.app.bench.PRESETS
 BENCH_PRESETS = ("demo", "small", "speed", "round", "specialists", "specialists-sampled",
                  "full")
-VLLM_BENCH_PRESETS = ("quick", "targets", "full", "demo")  # spec_adapters.app.bench_vllm.PRESETS
+# spec_adapters.app.bench_vllm.PRESETS
+VLLM_BENCH_PRESETS = ("quick", "targets", "full", "demo", "load")
 
 
 # ------------------------------------------------------------------------------------------
@@ -340,8 +343,10 @@ def build_parser() -> argparse.ArgumentParser:
     _common(s)
     s.add_argument("--preset", choices=VLLM_BENCH_PRESETS, default="quick",
                    help="quick (default: 2 prompts per domain, 64 tokens, 1 and 4 concurrent, "
-                        "plain / ngram / HedgeSpec) or full (5 per domain, 256 tokens, 1 / 4 / "
-                        "16 concurrent, every method; hours)")
+                        "plain / ngram / HedgeSpec), load (5 per domain, 128 tokens, 1 to 32 "
+                        "concurrent and 1 request/s arriving, plain / ngram / HedgeSpec) or "
+                        "full (5 per domain, 256 tokens, 1 / 4 / 16 concurrent, every method; "
+                        "hours)")
     s.add_argument("--queries-per-domain", type=int_arg(1), default=None)
     s.add_argument("--max-new-tokens", type=int_arg(1), default=None)
     s.add_argument("--methods", type=comma_list, default=None,
@@ -349,6 +354,14 @@ def build_parser() -> argparse.ArgumentParser:
                         "hedgespec, exp3spec, ucbspec, fixed:<drafter>)")
     s.add_argument("--concurrencies", type=ints_arg(1), default=None,
                    help="comma-separated concurrencies, e.g. 1,4,16 (default: the preset's)")
+    s.add_argument("--arrival-rates", type=distinct_list(float_arg(0.0, lo_open=True)),
+                   default=None, help="comma-separated requests/s of phases where requests "
+                   "arrive over time (Poisson), e.g. 0.5,1 (default: the preset's)")
+    s.add_argument("--temperature", type=float_arg(0.0), default=None,
+                   help=f"0: greedy (default); above, sampled with top-p {TOP_P}")
+    s.add_argument("--ignore-eos", action="store_true",
+                   help="every request runs to --max-new-tokens (a stress setting: the target "
+                        "repeats itself past its answer)")
     s.add_argument("--out", type=folder_arg, default=None,
                    help="results folder (default results/bench-vllm-PRESET); phases of "
                         "other methods or concurrencies on the same prompts add to it")

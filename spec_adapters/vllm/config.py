@@ -19,9 +19,16 @@ Keys (all optional)::
      "cost_aware": true,                   # experts (drafter, k), k = 0 no draft; else k = K
      "feedback_budget": 0.05,              # the counterfactual drafts' share of a step:
                                            # above it, a random share of rounds is evaluated
-     "prior_rounds": 0,                    # NormalHedge: a new request starts from the
-                                           # stream's learner, weighing as many rounds
+     "prior_rounds": 8,                    # a new request starts from the stream's
+                                           # evidence weighing as many rounds: its
+                                           # NormalHedge from the stream's regrets, its
+                                           # acceptance estimates from the stream's
                                            # (0: from uniform, the paper)
+     "probe": 0.1,                         # share of the rounds that abstain (no draft
+                                           # pays) still scored with every drafter
+     "step_costs": null,                   # {"step_s", "row_s", "draft_s"}: a fixed
+                                           # step-time model instead of the learned one
+     "stats": "<file.json>",               # counters rewritten as it runs (telemetry)
      "idle_steps": 64,                     # a request absent this many steps is forgotten
      "seed": 0,
      "trace": "<file.jsonl>"}              # one line per request per step (tests, benchmark)
@@ -44,6 +51,7 @@ __all__ = ["ENV_VAR", "ProposerConfig", "config_from_mapping", "config_to_mappin
 
 ENV_VAR = "HEDGESPEC_VLLM_CONFIG"
 POLICIES = ("normalhedge", "hedge", "adahedge", "exp3spec", "ucbspec")
+STEP_COSTS = ("step_s", "row_s", "draft_s")  # the keys of "step_costs", in the model's order
 
 
 @dataclass(frozen=True)
@@ -60,7 +68,10 @@ class ProposerConfig:
     k: int | None = None
     cost_aware: bool = True
     feedback_budget: float = 0.05
-    prior_rounds: int = 0
+    prior_rounds: int = 8
+    probe: float = 0.1
+    step_costs: tuple[float, float, float] | None = None
+    stats: str | None = None
     idle_steps: int = 64
     seed: int = 0
     trace: str | None = None
@@ -86,13 +97,23 @@ class ProposerConfig:
         fb = self.feedback_budget
         if isinstance(fb, bool) or not isinstance(fb, int | float) or not 0 < fb <= 1:
             bad(f"feedback_budget must be a number in (0, 1], got {fb!r}")
+        pr = self.probe
+        if isinstance(pr, bool) or not isinstance(pr, int | float) or not 0 <= pr <= 1:
+            bad(f"probe must be a number in [0, 1], got {pr!r}")
+        sc = self.step_costs
+        if sc is not None and not (isinstance(sc, tuple) and len(sc) == 3 and all(
+                isinstance(x, int | float) and not isinstance(x, bool) and 0 <= x < float("inf")
+                for x in sc)):
+            bad(f"step_costs must be an object of three finite seconds >= 0 {list(STEP_COSTS)},"
+                f" got {sc!r}")
         for name in ("cost_aware", "suffix"):
             if not isinstance(getattr(self, name), bool):
                 bad(f"{name} must be true or false, got {getattr(self, name)!r}")
-        for name in ("pool", "cache_dir"):
+        for name in ("pool", "cache_dir", "trace", "stats"):
             v = getattr(self, name)
             if v is not None and not isinstance(v, str):
-                bad(f"{name} must be a folder name or null, got {v!r}")
+                bad(f"{name} must be a {'folder' if name in ('pool', 'cache_dir') else 'file'}"
+                    f" name or null, got {v!r}")
         if self.pool not in (None, "default") and not Path(self.pool).is_dir():
             bad(f"pool folder {self.pool} does not exist")
         if not isinstance(self.pool_settings, NGramPoolSettings):
@@ -145,6 +166,12 @@ def config_from_mapping(raw: dict, source: str) -> ProposerConfig:
     raw = dict(raw)
     if isinstance(raw.get("prompt_lookup"), list):
         raw["prompt_lookup"] = tuple(raw["prompt_lookup"])
+    sc = raw.get("step_costs")
+    if isinstance(sc, dict):
+        if sorted(sc) != sorted(STEP_COSTS):
+            raise ValueError(f"{ENV_VAR} ({source}): step_costs must have the keys "
+                             f"{list(STEP_COSTS)}, got {sorted(sc)}")
+        raw["step_costs"] = tuple(sc[k] for k in STEP_COSTS)
     if "pool_settings" in raw:
         try:
             raw["pool_settings"] = NGramPoolSettings.from_mapping(raw["pool_settings"])
@@ -159,4 +186,6 @@ def config_to_mapping(config: ProposerConfig) -> dict:
     out["pool_settings"] = {**asdict(config.pool_settings),
                             "domains": list(config.pool_settings.domains)}
     out["prompt_lookup"] = list(config.prompt_lookup)
+    if config.step_costs is not None:
+        out["step_costs"] = dict(zip(STEP_COSTS, config.step_costs, strict=True))
     return out

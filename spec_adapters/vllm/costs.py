@@ -1,31 +1,42 @@
-"""The engine's step time as a function of the tokens it scheduled, measured online.
+"""The engine's step time as a function of its rows and drafted tokens, measured online.
 
 In vLLM one engine step runs every scheduled request at once, so what a draft of ``k`` tokens
-costs a request is the step time with ``k + 1`` more tokens scheduled, not a per-request
-forward. The proposer sees one step per ``propose`` call: the time between two calls is one
-step (schedule, forward, rejection sampling, proposing), and it knows how many tokens that
-step scheduled (every row's previous draft plus its bonus token). Steps that prefill a prompt
-(a new request, or a chunk of one) are left out of the fit: a prompt's tokens cost far less each
-than decode rows, and counting them flattened the fitted slope (measured at 16 concurrent
-requests: 1.5 ms per token with them, 1.9 without).
+costs a request is the time its ``k`` tokens add to the step, not a per-request forward. The
+proposer sees one step per ``propose`` call: the time between two calls is one step (schedule,
+forward, rejection sampling, proposing), and it knows what that step scheduled: ``R`` rows
+(one per running request, each verifying its bonus position) and ``D`` drafted tokens (the
+rows' previous drafts). Steps that prefill a prompt (a new request, or a chunk of one) are left
+out of the fit: a prompt's tokens cost far less each than decode rows, and counting them
+flattened the fitted slope (measured at 16 concurrent requests: 1.5 ms per token with them,
+1.9 without).
 
-:class:`StepTimeModel` fits ``T(n) = a + b n`` by exponentially weighted least squares over
-those ``(n, seconds)`` pairs; ``b >= 0`` and ``a >= 0`` are enforced. With one token count seen
-so far the slope is unknown and taken as 0 (only the intercept is then identified).
+:class:`StepTimeModel` fits
 
-Batch-aware expert costs (:meth:`StepTimeModel.expert_costs`). A step of ``B`` requests, request
-``r`` verifying ``k_r + 1`` tokens, takes ``T = a + b sum_r (k_r + 1)`` and yields
+.. math:: T(R, D) = a + b_R R + b_D D
+
+by exponentially weighted least squares over those ``(R, D, seconds)`` triples. A row and a
+drafted token cost about the same on a CPU (every position is one more row of every matmul);
+on a GPU a step is flat in the positions until the batch saturates it, and the two may differ
+(a row also costs attention over its whole context). The data often cannot tell ``b_R`` from
+``b_D`` (a load where nobody drafts has ``D = 0`` throughout; a fixed concurrency has one
+``R``), so the fit is penalised towards ``b_R = b_D`` with the weight of one step that drafted
+one token more than it had rows (``(b_D - b_R)^2``), and towards 0 with a vanishing weight (so
+that it is always defined): a drafted token is priced like a row until the steps show
+otherwise. ``a, b_R, b_D >= 0`` (a negative slope is refitted at 0).
+
+Batch-aware expert costs (:meth:`StepTimeModel.expert_costs`). A step of ``B`` requests,
+request ``r`` drafting ``k_r`` tokens, takes ``T = a + b_R B + b_D sum_r k_r`` and yields
 ``sum_r AL_r`` tokens. Charging request ``r``
 
-.. math:: c_r(k) = a / B + b (k + 1)
+.. math:: c_r(k) = a / B + b_R + b_D k
 
 splits the step exactly (``sum_r c_r(k_r) = T``), so the batch's time per token
 ``sum_r c_r / sum_r AL_r`` is minimised, Dinkelbach-linearised at the batch's time per token
-``tau``, by each request minimising its own ``c_r(k) - tau AL_r(k)``: a draft costs the time its
-``k`` tokens add to the *whole* step (``b k``), not the step's latency to the request. With
-``B = 1`` this is the step latency ``T(k + 1)``; at large ``B`` the shared ``a`` vanishes and a
-drafted token pays only when its acceptance probability exceeds ``b / tau`` -- on a CPU, where
-``b`` dominates, speculation then switches itself off.
+``tau``, by each request minimising its own ``c_r(k) - tau AL_r(k)``: a draft pays when its
+expected accepted tokens exceed ``b_D k / tau`` (:meth:`StepTimeModel.draft_seconds`, the
+marginal cost the proposer weighs a draft's expected gain against). With ``B = 1`` ``c(k)`` is
+the step latency ``T(1, k)``; at large ``B`` the shared ``a`` vanishes and, on a CPU where
+``b_D`` is most of a step's cost per row, speculation switches itself off.
 """
 
 from __future__ import annotations
@@ -34,58 +45,87 @@ import numpy as np
 
 __all__ = ["StepTimeModel"]
 
+RIDGE = 1e-9  # weight of the pull of b_R, b_D towards 0, per unit of total weight
+SAME = 1.0    # weight of the pull of b_D towards b_R: one step's
+
 
 class StepTimeModel:
-    """Exponentially weighted linear fit of step seconds against tokens scheduled.
+    """Exponentially weighted, penalised linear fit of step seconds on rows and drafted tokens.
 
     Parameters
     ----------
     decay : float, default 0.98
         Weight kept by the past at each new observation (effective memory ``1 / (1 - decay)``
         steps), so the fit follows load changes.
+    fixed : (a, b_R, b_D), optional
+        Seconds of the step, of a row and of a drafted token, used instead of the fit (a cost
+        table an operator sets, or a test); observations are then ignored.
     """
 
-    def __init__(self, decay: float = 0.98) -> None:
+    def __init__(self, decay: float = 0.98,
+                 fixed: tuple[float, float, float] | None = None) -> None:
         if not 0.0 < float(decay) < 1.0:
             raise ValueError(f"decay must be in (0, 1), got {decay!r}")
+        if fixed is not None:
+            fixed = tuple(float(x) for x in fixed)
+            if len(fixed) != 3 or not all(np.isfinite(x) and x >= 0 for x in fixed):
+                raise ValueError(f"fixed must be three finite seconds >= 0, got {fixed!r}")
         self.decay = float(decay)
-        self._s = np.zeros(5)  # weighted sums of 1, n, t, n^2, n t
+        self.fixed = fixed
+        self._xx = np.zeros((3, 3))  # weighted sums of x x^T, x = (1, R, D)
+        self._xt = np.zeros(3)       # weighted sums of x t
 
     @property
     def observed(self) -> bool:
-        return bool(self._s[0] > 0)
+        return self.fixed is not None or bool(self._xx[0, 0] > 0)
 
-    def observe(self, n_tokens: int, seconds: float) -> StepTimeModel:
-        """One step that scheduled ``n_tokens >= 1`` tokens took ``seconds``."""
-        n, t = float(n_tokens), float(seconds)
-        if not n >= 1 or not np.isfinite(t) or t < 0:
-            raise ValueError(f"need n_tokens >= 1 and finite seconds >= 0, got {n_tokens!r}, "
-                             f"{seconds!r}")
-        self._s = self.decay * self._s + np.array([1.0, n, t, n * n, n * t])
+    def observe(self, rows: int, drafted: int, seconds: float) -> StepTimeModel:
+        """One step of ``rows >= 1`` rows verifying ``drafted >= 0`` drafted tokens took
+        ``seconds``."""
+        r, d, t = float(rows), float(drafted), float(seconds)
+        if not r >= 1 or not d >= 0 or not np.isfinite(t) or t < 0:
+            raise ValueError(f"need rows >= 1, drafted >= 0 and finite seconds >= 0, got "
+                             f"{rows!r}, {drafted!r}, {seconds!r}")
+        x = np.array([1.0, r, d])
+        self._xx = self.decay * self._xx + np.outer(x, x)
+        self._xt = self.decay * self._xt + x * t
         return self
 
-    def coefficients(self) -> tuple[float, float]:
-        """``(a, b)`` of ``T(n) = a + b n``; ``(0, 0)`` before any observation."""
-        w, sn, st, snn, snt = self._s
+    def coefficients(self) -> tuple[float, float, float]:
+        """``(a, b_R, b_D)`` of ``T(R, D) = a + b_R R + b_D D``; zeros before any
+        observation."""
+        if self.fixed is not None:
+            return self.fixed
+        w = self._xx[0, 0]
         if w <= 0:
-            return 0.0, 0.0
-        mn, mt = sn / w, st / w
-        var = snn / w - mn * mn
-        b = max((snt / w - mn * mt) / var, 0.0) if var > 1e-9 * max(mn * mn, 1.0) else 0.0
-        a = max(mt - b * mn, 0.0)
-        return a, b
+            return 0.0, 0.0, 0.0
+        v = np.array([0.0, -1.0, 1.0])  # b_D - b_R
+        penalty = SAME * np.outer(v, v) + RIDGE * w * np.diag([0.0, 1.0, 1.0])
+        a, br, bd = np.linalg.solve(self._xx + penalty, self._xt)
+        if min(br, bd) < 0:  # refit with the negative slope(s) at 0
+            keep = [0] + [j for j, b in ((1, br), (2, bd)) if b >= 0]
+            sub = np.ix_(keep, keep)
+            coef = np.zeros(3)
+            coef[keep] = np.linalg.solve(self._xx[sub] + penalty[sub], self._xt[keep])
+            a, br, bd = coef
+        return max(float(a), 0.0), max(float(br), 0.0), max(float(bd), 0.0)
 
-    def __call__(self, n_tokens) -> np.ndarray:
-        """Predicted seconds of a step scheduling ``n_tokens`` (array-like)."""
-        a, b = self.coefficients()
-        return a + b * np.asarray(n_tokens, dtype=np.float64)
+    def __call__(self, rows, drafted) -> np.ndarray:
+        """Predicted seconds of a step of ``rows`` rows and ``drafted`` drafted tokens."""
+        a, br, bd = self.coefficients()
+        return a + br * np.asarray(rows, dtype=np.float64) \
+            + bd * np.asarray(drafted, dtype=np.float64)
+
+    def draft_seconds(self) -> float:
+        """``b_D``: what one more drafted token adds to a step, at any load."""
+        return self.coefficients()[2]
 
     def expert_costs(self, n_requests: int, max_k: int) -> np.ndarray:
-        """``c(k) = a / B + b (k + 1)`` for ``k = 0 .. K``: one request's share of a step of
+        """``c(k) = a / B + b_R + b_D k`` for ``k = 0 .. K``: one request's share of a step of
         ``B = n_requests`` requests when it drafts ``k`` tokens (module docstring)."""
         if isinstance(n_requests, bool) or int(n_requests) != n_requests or n_requests < 1:
             raise ValueError(f"n_requests must be an integer >= 1, got {n_requests!r}")
         if isinstance(max_k, bool) or int(max_k) != max_k or max_k < 0:
             raise ValueError(f"max_k must be an integer >= 0, got {max_k!r}")
-        a, b = self.coefficients()
-        return a / int(n_requests) + b * np.arange(1, int(max_k) + 2, dtype=np.float64)
+        a, br, bd = self.coefficients()
+        return a / int(n_requests) + br + bd * np.arange(int(max_k) + 1, dtype=np.float64)

@@ -64,13 +64,15 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from onlinelearn.normalhedge import NormalHedge
-from spec_adapters.core.draft_cost import expert_losses, expert_of, n_experts
+from spec_adapters.core.draft_cost import acceptance_lengths, expert_losses, expert_of, n_experts
 from spec_adapters.core.policies import make_policy
 from spec_adapters.vllm import sampling_fix
+from spec_adapters.vllm.abstention import AcceptanceBook, expected_gains, paying_k
 from spec_adapters.vllm.config import ENV_VAR, ProposerConfig, load_config
 from spec_adapters.vllm.costs import StepTimeModel
 from spec_adapters.vllm.drafters import PromptLookup, SuffixDraft, load_pool_folder
 from spec_adapters.vllm.target_pool import pool_folder
+from spec_adapters.vllm.telemetry import ProposerStats
 
 __all__ = ["HedgeSpecProposer", "RequestState"]
 
@@ -106,6 +108,7 @@ class RequestState:
     head: np.ndarray
     policy: object
     rng: np.random.Generator
+    book: AcceptanceBook
     n_tokens: int = 0
     tail: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
     draft: list[int] = field(default_factory=list)
@@ -177,7 +180,9 @@ class HedgeSpecProposer:
         self.n_experts = n_experts(len(drafters), k_max) if config.cost_aware else len(drafters)
         self._policy_spec = self._resolve_policy(config)
         make_policy(self._policy_spec, self.n_experts)  # fail now, not at the first request
-        self.step_time = StepTimeModel()
+        self.step_time = StepTimeModel(fixed=config.step_costs)
+        self.stream_book = AcceptanceBook(len(drafters), k_max)
+        self.stats = ProposerStats(self.names, config.stats)
         self.tau: float | None = None  # the batch's seconds per generated token (EMA)
         self.step_s: float | None = None  # seconds per engine step (EMA)
         self.drafting_s: float | None = None  # every drafter drafting for one row (EMA)
@@ -227,7 +232,8 @@ class HedgeSpecProposer:
         Returns one draft per row (``[]``: no draft).
         """
         seconds = self._step_seconds()
-        rows, scheduled = [], 0
+        entered = time.perf_counter()
+        rows, drafted = [], 0
         prefill = False  # a prompt (or a chunk of one) was in the step: not a decode step
         claimed: set[int] = set()
         for r, sampled in enumerate(sampled_token_ids):
@@ -239,27 +245,32 @@ class HedgeSpecProposer:
             buf = np.array(token_ids_cpu[r, :n], dtype=np.int64)  # a copy: states keep it
             st = self._match(buf, sampled, claimed)
             prefill |= not st.n_tokens
-            scheduled += len(st.draft) + 1
+            drafted += len(st.draft)
             claimed.add(st.uid)
             rows.append((st, buf, sampled))
         live = [row for row in rows if row is not None]
-        if seconds is not None and scheduled > 0:
+        if seconds is not None and live:
             if not prefill:  # prompt tokens cost far less each than decode rows: not fitted
-                self.step_time.observe(scheduled, seconds)
+                self.step_time.observe(len(live), drafted, seconds)
             per_token = seconds / sum(len(sampled) for _st, _buf, sampled in live)
             self.tau = _ema(self.tau, per_token)
             self.step_s = _ema(self.step_s, seconds)
         costs = self.step_time.expert_costs(max(len(live), 1), self.K)
         evaluate = self.evaluation_probability(len(live))
-        out = []
+        out, played = [], []
         for row in rows:
             if row is None:
                 out.append([])
                 continue
             st, buf, _sampled = row
             self._feed(st, buf)
-            out.append(self._draft(st, buf, costs, evaluate))
+            drafter, draft = self._draft(st, buf, costs, evaluate)
+            out.append(draft)
+            played.append((drafter, len(draft)))
         self._forget_idle(claimed)
+        if live:
+            self.stats.step(seconds, time.perf_counter() - entered, played,
+                            self.step_time.coefficients())
         return out
 
     def evaluation_probability(self, n_rows: int) -> float:
@@ -283,7 +294,8 @@ class HedgeSpecProposer:
                 return st
         uid, self._next_uid = self._next_uid, self._next_uid + 1
         st = RequestState(uid, buf[:HEAD].copy(), make_policy(self._prior(), self.n_experts),
-                          np.random.default_rng([self.config.seed, uid]))
+                          np.random.default_rng([self.config.seed, uid]),
+                          AcceptanceBook(len(self.drafters), self.K))
         self.states[uid] = st
         return st
 
@@ -316,7 +328,13 @@ class HedgeSpecProposer:
             rd = st.pending.popleft()
             verified = buf[rd.start:rd.start + K]
             gamma = (rd.drafts == verified[None, :]).astype(np.float64)  # point masses
-            losses = self._losses(gamma, rd.costs, self.tau, (rd.drafts >= 0).sum(axis=1))
+            lengths = (rd.drafts >= 0).sum(axis=1)
+            losses = self._losses(gamma, rd.costs, self.tau, lengths)
+            accepted = acceptance_lengths(gamma, validate=False) - 1.0
+            drafted = np.minimum(np.arange(K + 1)[None, :], lengths[:, None])
+            st.book.add(accepted, drafted)
+            self.stream_book.add(accepted, drafted)
+            self.stats.evaluated_round(accepted[:, K])
             st.policy.feed(rd.round_id, losses if st.policy.full_information
                            else float(losses[rd.arm]))
             if self.stream is not None:
@@ -333,17 +351,27 @@ class HedgeSpecProposer:
         return expert_losses(gamma, costs=costs[drafted], loss="time", tau=tau)
 
     def _draft(self, st: RequestState, buf: np.ndarray, costs: np.ndarray, evaluate: float
-               ) -> list[int]:
-        """The played expert's draft; with probability ``evaluate`` (full-information
-        policies) every drafter's draft too, kept as the round's counterfactuals, else the
-        round is censored. A bandit policy's round keeps its own draft only."""
+               ) -> tuple[int, list[int]]:
+        """``(drafter, draft)``: the played expert's drafter and draft, cut to the length that
+        pays at this load (:mod:`spec_adapters.vllm.abstention`; empty: it abstains). With
+        probability ``evaluate`` (full-information policies; times ``probe`` where no expert
+        of the request pays) every drafter's draft is made too, kept as the round's counterfactuals,
+        else the round is censored. A bandit policy's round keeps its own draft only."""
         K, n = self.K, len(buf)
         round_id, arm = st.policy.play(st.rng)
         i, k = expert_of(arm, K) if self.config.cost_aware else (arm, K)
-        full = st.policy.full_information and st.rng.random() < evaluate
+        share = 1.0  # of the rounds evaluated at this load
+        if self.config.cost_aware and st.policy.full_information and self.tau is not None:
+            est = st.book.estimate(self.stream_book, self.config.prior_rounds)
+            if est is not None:
+                gain = expected_gains(*est, self.tau, self.step_time.draft_seconds())
+                k = paying_k(gain[i], k)
+                share = 1.0 if gain.max() > 0 else self.config.probe  # nothing pays: abstain
+        k = max(0, min(k, self.max_model_len - n - 1))
+        full = st.policy.full_information and st.rng.random() < evaluate * share
         drafts = np.full((len(self.drafters), K), -1, np.int64)
         start = time.perf_counter()
-        for j in range(len(self.drafters)) if full else (i,):
+        for j in range(len(self.drafters)) if full else (i,) if k else ():
             toks = self.drafters[j].draft(buf, K)
             drafts[j, :len(toks)] = toks
         self.rounds["played"] += 1
@@ -354,7 +382,6 @@ class HedgeSpecProposer:
             st.pending.append(Round(round_id, n, drafts, arm, costs))
         else:
             st.policy.censor(round_id)
-        k = max(0, min(k, self.max_model_len - n - 1))
         chosen = drafts[i, :k]
         st.draft = [int(t) for t in chosen[chosen >= 0]]
         st.n_tokens, st.tail = n, buf[-TAIL:].copy()
@@ -362,7 +389,7 @@ class HedgeSpecProposer:
             st.history = buf
         if self._trace is not None:
             self._write_trace(st, i, len(st.draft), full, costs)
-        return st.draft
+        return i, st.draft
 
     def _write_trace(self, st: RequestState, drafter: int, k: int, evaluated: bool,
                      costs: np.ndarray) -> None:

@@ -20,7 +20,7 @@ from spec_adapters.app.bench_vllm import (
     method_specs,
     plot,
 )
-from spec_adapters.app.bench_vllm_runner import closed_loop, counter_totals
+from spec_adapters.app.bench_vllm_runner import run_requests, counter_totals
 
 
 def _req(qid, domain, tokens, seconds, accepted=0, drafted=0):
@@ -82,9 +82,14 @@ def test_outputs_are_compared_with_plain_at_the_same_concurrency():
 
 def test_targets_are_the_issue_goals_that_the_records_answer():
     t = {x["name"]: x for x in aggregate(_records())["targets"]}
-    # no 16-concurrent record: that goal is left out, the others computed at c = 1
+    # no 16-concurrent record: that goal is left out, the others computed at c = 1; over the
+    # sweep (c = 1, 4) the worst ratios, and no proposer telemetry: no overhead goal
     assert set(t) == {"one at a time, x vLLM ngram", "one at a time, x vLLM plain",
-                      "one at a time, worst domain x vLLM plain"}
+                      "one at a time, worst domain x vLLM plain",
+                      "every concurrency, worst x vLLM plain",
+                      "every concurrency, worst x vLLM ngram"}
+    assert t["every concurrency, worst x vLLM plain"]["value"] == pytest.approx(4.0)
+    assert t["every concurrency, worst x vLLM ngram"]["value"] == pytest.approx(2.0)
     assert t["one at a time, x vLLM plain"]["value"] == pytest.approx(4.0)
     worst = min((8 / 0.8) / (8 / 2.0), (8 / 0.2) / (8 / 2.0))
     assert t["one at a time, worst domain x vLLM plain"]["value"] == pytest.approx(worst)
@@ -93,6 +98,74 @@ def test_targets_are_the_issue_goals_that_the_records_answer():
             for r in _records()]
     assert not next(x for x in aggregate(slow)["targets"]
                     if x["name"] == "one at a time, x vLLM plain")["met"]
+
+
+def _with_telemetry(records: list[dict]) -> list[dict]:
+    """The records, hedgespec's at c = 4 with vLLM's counters and the proposer's telemetry,
+    plus a phase of requests arriving at 0.5/s."""
+    out = []
+    for r in records:
+        if r["method"] == "hedgespec" and r["concurrency"] == 4:
+            r = {**r, "counters": {"vllm:generation_tokens": 16,
+                                   "vllm:spec_decode_num_accepted_tokens": 6,
+                                   "vllm:spec_decode_num_drafts": 4},
+                 "proposer": {"steps": 8, "steps_drafted": 2, "propose_s": 0.02, "step_s": 0.5,
+                              "drafters": {"suffix": {"chosen": 4}}}}
+        out.append(r)
+    return out + [{**r, "rate": 0.5, "seconds": r["seconds"] * 2} for r in records
+                  if r["concurrency"] == 4]
+
+
+def test_drafting_shares_overhead_and_arrival_phases_from_the_records():
+    s = aggregate(_with_telemetry(_records()))
+    assert s["phases"] == ["1", "4", "0.5/s"] and s["concurrencies"] == [1, 4]
+    h = s["methods"]["hedgespec"]["4"]
+    assert h["drafted_share"] == pytest.approx(4 / (16 - 6))  # drafts / request-steps
+    assert h["steps_drafted_share"] == pytest.approx(2 / 8)
+    assert h["overhead"] == pytest.approx(0.02 / 0.5)
+    assert h["drafters"] == {"suffix": {"chosen": 4}}
+    assert s["methods"]["hedgespec"]["1"]["overhead"] is None  # no telemetry
+    assert s["methods"]["hedgespec"]["0.5/s"]["x_plain"] == pytest.approx(4.0)  # same phase
+    over = next(t for t in s["targets"] if t["name"].startswith("proposer's share"))
+    assert over["value"] == pytest.approx(0.04) and not over["met"]  # a ceiling of 3%
+    assert s["methods"]["plain"]["1"]["cap_share"] is None  # no cap given
+    assert aggregate(_records(), cap=8)["methods"]["plain"]["1"]["cap_share"] == 1.0
+    assert aggregate(_records(), cap=9)["methods"]["plain"]["1"]["cap_share"] == 0.0
+    md = markdown(s)
+    assert "### vLLM, requests arriving at 0.5/s (Poisson)" in md and "| 4.0% |" in md
+    sampled = aggregate(_records(), greedy=False)
+    assert sampled["methods"]["hedgespec"]["4"]["identical"] is None  # not compared
+
+
+def test_arrivals_are_poisson_and_requests_wait_for_theirs():
+    from spec_adapters.app.bench_vllm_runner import arrival_times
+
+    assert arrival_times(5, None, 0) is None
+    times = arrival_times(4000, 2.0, 0)
+    assert times[0] == 0.0 and np.all(np.diff(times) > 0)
+    assert np.mean(np.diff(times)) == pytest.approx(0.5, rel=0.05)
+    assert times == arrival_times(4000, 2.0, 0) != arrival_times(4000, 2.0, 1)
+    with pytest.raises(ValueError, match="arrival rate must be > 0"):
+        arrival_times(3, 0.0, 0)
+    prompts = [{"qid": f"d/{i}", "domain": "d", "ids": [i]} for i in range(4)]
+    now = [0.0]
+    added = []
+
+    class Clocked(FakeEngine):
+        def add_request(self, rid, prompt, params):
+            added.append((rid, now[0]))
+            super().add_request(rid, prompt, params)
+
+        def step(self):
+            now[0] += 1.0
+            return super().step()
+
+    arrivals = [0.0, 0.5, 10.0, 10.5]
+    reqs, _ = run_requests(Clocked(), prompts, lambda: None, 8, "r", arrivals,
+                           clock=lambda: now[0], sleep=lambda s: now.__setitem__(0, now[0] + s))
+    assert len(reqs) == 4
+    for (_rid, t), due in zip(added, arrivals, strict=True):
+        assert due <= t < due + 1.0 + 1e-9  # added at its arrival, never before
 
 
 def test_markdown_and_plot_show_every_method_and_concurrency(tmp_path):
@@ -132,11 +205,11 @@ class FakeEngine:
         return out
 
 
-def test_closed_loop_keeps_c_requests_in_flight_and_returns_them_in_prompt_order():
+def test_run_requests_keeps_c_requests_in_flight_and_returns_them_in_prompt_order():
     prompts = [{"qid": f"d/{i}", "domain": "d", "ids": list(range(i + 1))} for i in range(7)]
     engine = FakeEngine()
     ticks = iter(range(1000))
-    reqs, seconds = closed_loop(engine, prompts, lambda: None, 3, "c3",
+    reqs, seconds = run_requests(engine, prompts, lambda: None, 3, "c3",
                                 clock=lambda: float(next(ticks)))
     assert [r["qid"] for r in reqs] == [p["qid"] for p in prompts]
     assert [r["tokens"] for r in reqs] == [p["ids"][::-1] for p in prompts]
@@ -146,7 +219,7 @@ def test_closed_loop_keeps_c_requests_in_flight_and_returns_them_in_prompt_order
     assert not engine.live and len(engine.in_flight) > 7 / 3
     assert seconds > max(r["seconds"] for r in reqs)
     with pytest.raises(ValueError, match="concurrency must be >= 1"):
-        closed_loop(engine, prompts, lambda: None, 0, "c0")
+        run_requests(engine, prompts, lambda: None, 0, "c0")
 
 
 def test_counter_totals_sum_labels_and_ignore_other_metrics():
@@ -225,7 +298,8 @@ def test_records_resume_by_method_and_concurrency(tmp_path):
     with open(path, "a") as fh:
         fh.write('{"method": "cut')  # a line cut by an interruption
     again = VllmRecords(path)
-    assert again.has("plain", 1) and again.has("hedgespec", 1) and not again.has("plain", 4)
+    assert again.has("plain", "1") and again.has("hedgespec", "1") \
+        and not again.has("plain", "4")
     assert json.loads(path.read_text().splitlines()[0])["method"] == "plain"
 
 
