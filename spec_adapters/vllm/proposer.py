@@ -256,6 +256,7 @@ class HedgeSpecProposer:
             self.tau = _ema(self.tau, per_token)
             self.step_s = _ema(self.step_s, seconds)
         costs = self.step_time.expert_costs(max(len(live), 1), self.K)
+        draft_s = self.step_time.draft_seconds()
         evaluate = self.evaluation_probability(len(live))
         out, played = [], []
         for row in rows:
@@ -264,7 +265,7 @@ class HedgeSpecProposer:
                 continue
             st, buf, _sampled = row
             self._feed(st, buf)
-            drafter, draft = self._draft(st, buf, costs, evaluate)
+            drafter, draft = self._draft(st, buf, costs, draft_s, evaluate)
             out.append(draft)
             played.append((drafter, len(draft)))
         self._forget_idle(claimed)
@@ -350,8 +351,8 @@ class HedgeSpecProposer:
         drafted = np.minimum(np.arange(self.K + 1)[None, :], lengths[:, None])
         return expert_losses(gamma, costs=costs[drafted], loss="time", tau=tau)
 
-    def _draft(self, st: RequestState, buf: np.ndarray, costs: np.ndarray, evaluate: float
-               ) -> tuple[int, list[int]]:
+    def _draft(self, st: RequestState, buf: np.ndarray, costs: np.ndarray, draft_s: float,
+               evaluate: float) -> tuple[int, list[int]]:
         """``(drafter, draft)``: the played expert's drafter and draft, cut to the length that
         pays at this load (:mod:`spec_adapters.vllm.abstention`; empty: it abstains). With
         probability ``evaluate`` (full-information policies; times ``probe`` where no expert
@@ -364,7 +365,7 @@ class HedgeSpecProposer:
         if self.config.cost_aware and st.policy.full_information and self.tau is not None:
             est = st.book.estimate(self.stream_book, self.config.prior_rounds)
             if est is not None:
-                gain = expected_gains(*est, self.tau, self.step_time.draft_seconds())
+                gain = expected_gains(*est, self.tau, draft_s)
                 k = paying_k(gain[i], k)
                 share = 1.0 if gain.max() > 0 else self.config.probe  # nothing pays: abstain
         k = max(0, min(k, self.max_model_len - n - 1))
@@ -376,7 +377,9 @@ class HedgeSpecProposer:
             drafts[j, :len(toks)] = toks
         self.rounds["played"] += 1
         if full:
-            self.drafting_s = _ema(self.drafting_s, time.perf_counter() - start)
+            spent = time.perf_counter() - start
+            self.drafting_s = _ema(self.drafting_s, spent)
+            self.stats.counterfactual_s += spent
             self.rounds["evaluated"] += 1
         if full or not st.policy.full_information:
             st.pending.append(Round(round_id, n, drafts, arm, costs))

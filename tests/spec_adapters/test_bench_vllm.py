@@ -20,7 +20,7 @@ from spec_adapters.app.bench_vllm import (
     method_specs,
     plot,
 )
-from spec_adapters.app.bench_vllm_runner import run_requests, counter_totals
+from spec_adapters.app.bench_vllm_runner import counter_totals, run_requests
 
 
 def _req(qid, domain, tokens, seconds, accepted=0, drafted=0):
