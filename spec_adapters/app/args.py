@@ -4,13 +4,15 @@ names the allowed range (``hedgespec``, ``python -m spec_adapters.app.domains``)
 from __future__ import annotations
 
 import argparse
+import json
 import math
 import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import NoReturn
 
-__all__ = ["OneLineParser", "file_arg", "float_arg", "folder_arg", "int_arg"]
+__all__ = ["OneLineParser", "comma_list", "distinct_list", "file_arg", "float_arg", "folder_arg",
+           "int_arg", "ints_arg", "json_object"]
 
 
 # ------------------------------------------------------------------------------------------
@@ -86,6 +88,17 @@ def float_arg(lo: float, hi: float | None = None, lo_open: bool = False
         return v
 
     return parse
+
+
+def json_object(text: str) -> dict:
+    """An argparse ``type``: a JSON object (``'{"prior_rounds": 0}'``)."""
+    try:
+        value = json.loads(text)
+    except ValueError as err:
+        raise argparse.ArgumentTypeError(f"not JSON ({err}): {text!r}") from None
+    if not isinstance(value, dict):
+        raise argparse.ArgumentTypeError(f"expected a JSON object, got {text!r}")
+    return value
 
 
 def folder_arg(text: str) -> str:

@@ -65,7 +65,7 @@ from spec_adapters.app.bench import Records, mixed_stream
 from spec_adapters.app.bench_config import TOP_P
 from spec_adapters.app.log import log
 from spec_adapters.app.serve import ROOT, SPEC_CLASS, find_vllm_python, server_env
-from spec_adapters.vllm.config import ProposerConfig
+from spec_adapters.vllm.config import ProposerConfig, config_from_mapping
 from spec_adapters.vllm.proposer import HedgeSpecProposer
 
 __all__ = ["PRESETS", "VllmBenchConfig", "aggregate", "drafter_names", "label", "markdown",
@@ -86,6 +86,8 @@ LOAD_TARGETS = (("every concurrency, worst x vLLM plain", "x_plain", 1.0, False)
                 ("proposer's share of a step at the highest concurrency", "overhead", 0.03,
                  True))
 WARMUP_TOKENS = 8
+# the proposer settings every method sets itself (method_specs, the telemetry file)
+METHOD_KEYS = ("pool", "cache_dir", "policy", "k", "cost_aware", "seed", "stats")
 
 
 @dataclass(frozen=True)
@@ -112,6 +114,9 @@ class VllmBenchConfig:
         0: greedy; above, sampled with top-p :data:`TOP_P`.
     arrival_rates : tuple of float
         Requests per second of the arriving-over-time phases.
+    proposer : tuple of (key, value)
+        More settings of the proposer's methods (keys of ``$HEDGESPEC_VLLM_CONFIG``, e.g.
+        ``(("prior_rounds", 0),)``); not those each method sets (:data:`METHOD_KEYS`).
     """
 
     queries_per_domain: int = 5
@@ -123,6 +128,7 @@ class VllmBenchConfig:
     stop_at_eos: bool = True
     temperature: float = 0.0
     arrival_rates: tuple[float, ...] = ()
+    proposer: tuple[tuple[str, object], ...] = ()
 
     def __post_init__(self) -> None:
         for name in ("queries_per_domain", "max_new_tokens", "k"):
@@ -141,6 +147,12 @@ class VllmBenchConfig:
         object.__setattr__(self, "arrival_rates", rates)
         if not 0 <= self.temperature < float("inf"):
             raise ValueError(f"temperature must be >= 0, got {self.temperature}")
+        extra = dict(self.proposer)
+        taken = sorted(set(extra) & set(METHOD_KEYS))
+        if taken:
+            raise ValueError(f"proposer settings {taken} are set by each method; give others")
+        config_from_mapping({**extra, "pool": None}, source="bench-vllm --proposer-settings")
+        object.__setattr__(self, "proposer", tuple(sorted(extra.items())))
         if self.methods is not None:
             object.__setattr__(self, "methods", tuple(self.methods))
 
@@ -297,6 +309,8 @@ def run_bench_vllm(target: Path, tokenizer, domains: dict, pool: Path, cfg: Vllm
         log(f"bench-vllm: {m}, phases {', '.join(phase_key(c, r) for c, r in todo)} "
             f"({len(prompts)} prompts x {cfg.max_new_tokens} tokens)")
         spec, settings_m = method_specs(m, names, pool, cache_dir, cfg.k, cfg.seed)
+        if settings_m is not None:
+            settings_m |= dict(cfg.proposer)
         for c, r in todo:  # a fresh engine per phase: no memory of another phase's answers
             for rec in _run_engine(python, {**job, "method": m, "speculative_config": spec,
                                             "phases": [{"concurrency": c, "rate": r}]},

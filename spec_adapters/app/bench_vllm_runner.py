@@ -40,7 +40,7 @@ COUNTERS = ("vllm:generation_tokens", "vllm:spec_decode_num_drafts",
             "vllm:spec_decode_num_draft_tokens", "vllm:spec_decode_num_accepted_tokens")
 # the proposer's telemetry counters differenced over a phase
 STATS_COUNTERS = ("steps", "steps_drafted", "rows", "rows_drafted", "drafted_tokens",
-                  "propose_s", "step_s", "counterfactual_s", "evaluated")
+                  "propose_s", "step_s", "evaluation_s", "evaluated")
 
 
 def arrival_times(n: int, rate: float | None, seed: int) -> list[float] | None:

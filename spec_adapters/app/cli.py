@@ -41,6 +41,7 @@ from spec_adapters.app.args import (
     folder_arg,
     int_arg,
     ints_arg,
+    json_object,
 )
 from spec_adapters.app.bench_config import TOP_P
 from spec_adapters.app.cmd_bench import cmd_bench, cmd_demo
@@ -359,6 +360,9 @@ def build_parser() -> argparse.ArgumentParser:
                    "arrive over time (Poisson), e.g. 0.5,1 (default: the preset's)")
     s.add_argument("--temperature", type=float_arg(0.0), default=None,
                    help=f"0: greedy (default); above, sampled with top-p {TOP_P}")
+    s.add_argument("--proposer-settings", type=json_object, default=None, metavar="JSON",
+                   help="more HedgeSpec proposer settings, e.g. '{\"prior_rounds\": 0}' (keys of "
+                        "$HEDGESPEC_VLLM_CONFIG but those each method sets)")
     s.add_argument("--ignore-eos", action="store_true",
                    help="every request runs to --max-new-tokens (a stress setting: the target "
                         "repeats itself past its answer)")

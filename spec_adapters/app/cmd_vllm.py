@@ -67,7 +67,9 @@ def cmd_bench_vllm(args: argparse.Namespace) -> int:
     chosen = {"queries_per_domain": args.queries_per_domain,
               "max_new_tokens": args.max_new_tokens, "concurrencies": args.concurrencies,
               "methods": args.methods, "arrival_rates": args.arrival_rates,
-              "temperature": args.temperature, "stop_at_eos": False if args.ignore_eos else None}
+              "temperature": args.temperature, "stop_at_eos": False if args.ignore_eos else None,
+              "proposer": tuple(args.proposer_settings.items())
+              if args.proposer_settings is not None else None}
     try:
         cfg = replace(PRESETS[args.preset], **{k: v for k, v in chosen.items() if v is not None})
     except ValueError as err:

@@ -17,8 +17,9 @@ Keys (all optional)::
      "policy": "normalhedge",              # hedge | adahedge | exp3spec | ucbspec | fixed:<i>
      "k": 4,                               # K, at most vLLM's num_speculative_tokens
      "cost_aware": true,                   # experts (drafter, k), k = 0 no draft; else k = K
-     "feedback_budget": 0.05,              # the counterfactual drafts' share of a step:
-                                           # above it, a random share of rounds is evaluated
+     "feedback_budget": 0.02,              # evaluating rounds' share of a step (every
+                                           # drafter drafts, every expert is scored): above
+                                           # it, a random share of rounds is evaluated
      "prior_rounds": 8,                    # a new request starts from the stream's
                                            # evidence weighing as many rounds: its
                                            # NormalHedge from the stream's regrets, its
@@ -67,7 +68,7 @@ class ProposerConfig:
     policy: str = "normalhedge"
     k: int | None = None
     cost_aware: bool = True
-    feedback_budget: float = 0.05
+    feedback_budget: float = 0.02
     prior_rounds: int = 8
     probe: float = 0.1
     step_costs: tuple[float, float, float] | None = None

@@ -15,8 +15,18 @@ ids, so each row is matched to the request state whose history it extends
 One step for one request (the paper's loop, with point-mass drafters)::
 
     feed the rounds whose K verified tokens are now known  ->  learner update (delayed)
-    the request's learner picks an expert (drafter, k)     ->  the row's draft, k tokens
-    every drafter drafts K tokens from the row's buffer    ->  the round's counterfactuals
+    the request's learner picks an expert (drafter, k)     ->  cut k to what pays at this load
+    the played drafter drafts k tokens                     ->  the row's draft
+    (a sampled share of rounds) every drafter drafts K     ->  the round's counterfactuals
+
+Abstention at load (:mod:`spec_adapters.vllm.abstention`). The step time is learned online as
+``a + b_R rows + b_D drafted`` (:class:`~spec_adapters.vllm.costs.StepTimeModel`); a drafted
+token costs the whole batch ``b_D`` and an accepted one saves it ``tau`` (its seconds per
+token), so the learner's draft is cut to the longest length whose expected accepted tokens
+(the request's counterfactual acceptance, shrunk to the stream's) pay ``b_D`` per drafted
+token, and a request none of whose experts pays drafts nothing and skips the counterfactual
+drafting of that round (but for a ``probe`` share). When no row's draft pays, the step is a
+plain step. ``"step_costs"`` pins the model instead of learning it.
 
 Prior from the stream (``prior_rounds``, NormalHedge). A request's learner starting uniform
 over ``N (K + 1)`` experts spends its first rounds exploring, which at high concurrency is
@@ -25,13 +35,15 @@ stream-wide NormalHedge, and a new request starts from its regrets shrunk to the
 ``prior_rounds`` rounds: ``R_0 = R_stream * m / t_stream``, ``t_0 = m``. NormalHedge's weights
 are invariant to scaling the regrets (the scale ``c`` scales with ``R^2``), so the request
 starts with the stream's weights, and its own rounds outweigh the prior after about ``m`` of
-them; the request's regret bound gains at most ``m`` (``|R_0| <= m``). Off by default: at 16
-concurrent requests it measured 205 tok/s with ``m = 32`` against 211 without (noise-level).
+them; the request's regret bound gains at most ``m`` (``|R_0| <= m``). The same ``m`` weighs
+the stream's acceptance in a new request's abstention estimates. Default ``m = 8``
+(docs/benchmark.md, "vLLM under load", measures it against ``m = 0``).
 
-Feedback budget. Drafting with every drafter costs the engine's main process ~1 ms per row
-here, which at 16 concurrent requests is a tenth of a step. The proposer measures both (the
-counterfactual drafting per row, the step) and evaluates a round with probability
-``min(1, feedback_budget * step / (rows * drafting))``, by a coin drawn before the outcome;
+Feedback budget. Evaluating a round (drafting with every drafter, then scoring every
+expert and updating the learners) costs the engine's main process ~0.5-1 ms per row here,
+which at 16 concurrent requests is a tenth of a step. The proposer measures both (an
+evaluated round's drafting and scoring, the step) and evaluates a round with probability
+``min(1, feedback_budget * step / (rows * evaluation))``, by a coin drawn before the outcome;
 the others are censored (the learner is fed on an unbiased sample of the rounds, each with
 full information). A bandit policy (EXP3Spec, UCBSpec) needs only its own draft, so only the
 played drafter drafts.
@@ -186,6 +198,7 @@ class HedgeSpecProposer:
         self.tau: float | None = None  # the batch's seconds per generated token (EMA)
         self.step_s: float | None = None  # seconds per engine step (EMA)
         self.drafting_s: float | None = None  # every drafter drafting for one row (EMA)
+        self.scoring_s: float | None = None  # scoring one evaluated round (EMA)
         self.rounds = {"played": 0, "evaluated": 0}
         self.stream = NormalHedge(self.n_experts) \
             if config.prior_rounds and self._policy_spec == "normalhedge" else None
@@ -276,10 +289,12 @@ class HedgeSpecProposer:
 
     def evaluation_probability(self, n_rows: int) -> float:
         """The chance that a round is evaluated with every drafter's draft (module docstring):
-        ``min(1, feedback_budget * step / (n_rows * drafting))``, 1 until both are measured."""
+        ``min(1, feedback_budget * step / (n_rows * evaluation))``, an evaluation costing its
+        drafting and its scoring; 1 until the step and the drafting are measured."""
         if self.step_s is None or not self.drafting_s or n_rows < 1:
             return 1.0
-        return min(1.0, self.config.feedback_budget * self.step_s / (n_rows * self.drafting_s))
+        cost = self.drafting_s + (self.scoring_s or 0.0)
+        return min(1.0, self.config.feedback_budget * self.step_s / (n_rows * cost))
 
     def _step_seconds(self) -> float | None:
         now = time.perf_counter()
@@ -327,19 +342,25 @@ class HedgeSpecProposer:
         K = self.K
         while st.pending and st.pending[0].start + K <= len(buf):
             rd = st.pending.popleft()
+            start = time.perf_counter()
             verified = buf[rd.start:rd.start + K]
             gamma = (rd.drafts == verified[None, :]).astype(np.float64)  # point masses
             lengths = (rd.drafts >= 0).sum(axis=1)
             losses = self._losses(gamma, rd.costs, self.tau, lengths)
+            if not st.policy.full_information:  # a bandit: its own draft's loss alone
+                st.policy.feed(rd.round_id, float(losses[rd.arm]))
+                continue
+            st.policy.feed(rd.round_id, losses)
             accepted = acceptance_lengths(gamma, validate=False) - 1.0
             drafted = np.minimum(np.arange(K + 1)[None, :], lengths[:, None])
             st.book.add(accepted, drafted)
             self.stream_book.add(accepted, drafted)
             self.stats.evaluated_round(accepted[:, K])
-            st.policy.feed(rd.round_id, losses if st.policy.full_information
-                           else float(losses[rd.arm]))
             if self.stream is not None:
                 self.stream.update(losses)
+            spent = time.perf_counter() - start
+            self.scoring_s = _ema(self.scoring_s, spent)
+            self.stats.evaluation_s += spent
 
     def _losses(self, gamma: np.ndarray, costs: np.ndarray, tau: float | None,
                 lengths: np.ndarray) -> np.ndarray:
@@ -352,41 +373,44 @@ class HedgeSpecProposer:
         return expert_losses(gamma, costs=costs[drafted], loss="time", tau=tau)
 
     def _draft(self, st: RequestState, buf: np.ndarray, costs: np.ndarray, draft_s: float,
-               evaluate: float) -> tuple[int, list[int]]:
+               evaluate: float) -> tuple[int | None, list[int]]:
         """``(drafter, draft)``: the played expert's drafter and draft, cut to the length that
         pays at this load (:mod:`spec_adapters.vllm.abstention`; empty: it abstains). With
         probability ``evaluate`` (full-information policies; times ``probe`` where no expert
-        of the request pays) every drafter's draft is made too, kept as the round's counterfactuals,
-        else the round is censored. A bandit policy's round keeps its own draft only."""
+        of the request pays) every drafter's draft is made too, kept as the round's
+        counterfactuals, else the round is censored; a request that abstains and is not scored
+        plays no round at all (drafter ``None``). A bandit policy's round keeps its own draft
+        only."""
         K, n = self.K, len(buf)
-        round_id, arm = st.policy.play(st.rng)
-        i, k = expert_of(arm, K) if self.config.cost_aware else (arm, K)
-        share = 1.0  # of the rounds evaluated at this load
-        if self.config.cost_aware and st.policy.full_information and self.tau is not None:
-            est = st.book.estimate(self.stream_book, self.config.prior_rounds)
-            if est is not None:
-                gain = expected_gains(*est, self.tau, draft_s)
+        gain = self._gains(st, draft_s)
+        abstain = gain is not None and gain.max() <= 0  # no expert of this request pays
+        full = st.policy.full_information and \
+            st.rng.random() < evaluate * (self.config.probe if abstain else 1.0)
+        i = None
+        st.draft = []
+        if full or not abstain:
+            round_id, arm = st.policy.play(st.rng)
+            i, k = expert_of(arm, K) if self.config.cost_aware else (arm, K)
+            if gain is not None:
                 k = paying_k(gain[i], k)
-                share = 1.0 if gain.max() > 0 else self.config.probe  # nothing pays: abstain
-        k = max(0, min(k, self.max_model_len - n - 1))
-        full = st.policy.full_information and st.rng.random() < evaluate * share
-        drafts = np.full((len(self.drafters), K), -1, np.int64)
-        start = time.perf_counter()
-        for j in range(len(self.drafters)) if full else (i,) if k else ():
-            toks = self.drafters[j].draft(buf, K)
-            drafts[j, :len(toks)] = toks
-        self.rounds["played"] += 1
-        if full:
-            spent = time.perf_counter() - start
-            self.drafting_s = _ema(self.drafting_s, spent)
-            self.stats.counterfactual_s += spent
-            self.rounds["evaluated"] += 1
-        if full or not st.policy.full_information:
-            st.pending.append(Round(round_id, n, drafts, arm, costs))
-        else:
-            st.policy.censor(round_id)
-        chosen = drafts[i, :k]
-        st.draft = [int(t) for t in chosen[chosen >= 0]]
+            k = max(0, min(k, self.max_model_len - n - 1))
+            drafts = np.full((len(self.drafters), K), -1, np.int64)
+            start = time.perf_counter()
+            for j in range(len(self.drafters)) if full else (i,) if k else ():
+                toks = self.drafters[j].draft(buf, K)
+                drafts[j, :len(toks)] = toks
+            self.rounds["played"] += 1
+            if full:
+                spent = time.perf_counter() - start
+                self.drafting_s = _ema(self.drafting_s, spent)
+                self.stats.evaluation_s += spent
+                self.rounds["evaluated"] += 1
+            if full or not st.policy.full_information:
+                st.pending.append(Round(round_id, n, drafts, arm, costs))
+            else:
+                st.policy.censor(round_id)
+            chosen = drafts[i, :k]
+            st.draft = [int(t) for t in chosen[chosen >= 0]]
         st.n_tokens, st.tail = n, buf[-TAIL:].copy()
         if self.suffix is not None:
             st.history = buf
@@ -394,14 +418,24 @@ class HedgeSpecProposer:
             self._write_trace(st, i, len(st.draft), full, costs)
         return i, st.draft
 
-    def _write_trace(self, st: RequestState, drafter: int, k: int, evaluated: bool,
+    def _gains(self, st: RequestState, draft_s: float) -> np.ndarray | None:
+        """Every expert's expected gain at this load (:func:`expected_gains`), ``None`` where
+        the cost-aware abstention does not apply (a bandit, ``cost_aware`` off) or nothing is
+        known yet (no step timed, no round scored)."""
+        if not (self.config.cost_aware and st.policy.full_information) or self.tau is None:
+            return None
+        est = st.book.estimate(self.stream_book, self.config.prior_rounds)
+        return None if est is None else expected_gains(*est, self.tau, draft_s)
+
+    def _write_trace(self, st: RequestState, drafter: int | None, k: int, evaluated: bool,
                      costs: np.ndarray) -> None:
         w = np.asarray(st.policy.weights, dtype=np.float64)
         by_drafter = w.reshape(len(self.drafters), -1).sum(axis=1)
         self._trace.write(json.dumps({
             "req": st.uid, "head": st.head[:8].tolist(), "n": st.n_tokens,
             "live": len(self.states),
-            "drafter": self.names[drafter], "k": k, "evaluated": evaluated,
+            "drafter": None if drafter is None else self.names[drafter], "k": k,
+            "evaluated": evaluated,
             "costs_ms": np.round(1e3 * costs, 3).tolist(),
             "tau_ms": None if self.tau is None else round(1e3 * self.tau, 3),
             "weights": dict(zip(self.names, np.round(by_drafter, 4).tolist(), strict=True)),

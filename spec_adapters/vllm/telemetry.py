@@ -9,7 +9,8 @@ file atomically (temporary file + rename) every :data:`WRITE_EVERY` steps::
      "rows": request-steps, "rows_drafted": those that drafted, "drafted_tokens": ...,
      "propose_s": seconds spent inside propose, "step_s": seconds between propose calls
                   (the engine's steps, the proposer's own time included),
-     "counterfactual_s": the part of propose_s spent drafting with every drafter,
+     "evaluation_s": the part of propose_s spent evaluating rounds (drafting with every
+                     drafter, scoring every expert, updating the learners),
      "overhead": propose_s / step_s,
      "evaluated": rounds scored with every drafter's draft,
      "step_model": {"step_s", "row_s", "draft_s"} the fitted step-time model,
@@ -41,15 +42,17 @@ class ProposerStats:
         self.path = Path(path) if path else None
         self.steps = self.steps_drafted = self.rows = self.rows_drafted = 0
         self.drafted_tokens = self.evaluated = 0
-        self.propose_s = self.step_s = self.counterfactual_s = 0.0
+        self.propose_s = self.step_s = self.evaluation_s = 0.0
         self.chosen = np.zeros(len(names), np.int64)
         self.accepted_at_k = np.zeros(len(names))  # summed over evaluated rounds
         self.step_model = (0.0, 0.0, 0.0)
 
-    def step(self, seconds: float | None, propose_s: float, played: list[tuple[int, int]],
+    def step(self, seconds: float | None, propose_s: float,
+             played: list[tuple[int | None, int]],
              step_model: tuple[float, float, float]) -> None:
         """One decode step: its length (``None``: unknown, the first or after an idle gap),
-        the time spent proposing, per running row ``(drafter, tokens drafted)``, and the
+        the time spent proposing, per running row ``(drafter, tokens drafted)`` (``None``: no
+        round played), and the
         step-time model's ``(a, b_R, b_D)``."""
         self.steps += 1
         self.propose_s += propose_s
@@ -77,7 +80,7 @@ class ProposerStats:
             "steps": self.steps, "steps_drafted": self.steps_drafted, "rows": self.rows,
             "rows_drafted": self.rows_drafted, "drafted_tokens": self.drafted_tokens,
             "propose_s": self.propose_s, "step_s": self.step_s,
-            "counterfactual_s": self.counterfactual_s,
+            "evaluation_s": self.evaluation_s,
             "overhead": self.propose_s / self.step_s if self.step_s > 0 else None,
             "evaluated": self.evaluated,
             "step_model": {"step_s": a, "row_s": br, "draft_s": bd},

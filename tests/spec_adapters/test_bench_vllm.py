@@ -334,6 +334,11 @@ def test_cli_without_a_pool_is_one_line_naming_it(tmp_path, capsys):
     (["--methods", "plain,bogus"], "unknown methods ['bogus']"),
     (["--concurrencies", "4,1"], "concurrencies must be ascending"),
     (["--concurrencies", "0"], "must be an integer >= 1, got 0"),
+    (["--arrival-rates", "1,0"], "must be a finite number > 0, got 0"),
+    (["--temperature", "-1"], "must be a finite number >= 0, got -1"),
+    (["--proposer-settings", "[1]"], "expected a JSON object"),
+    (["--proposer-settings", '{"policy": "hedge"}'], "['policy'] are set by each method"),
+    (["--proposer-settings", '{"probe": 2}'], "probe must be a number in [0, 1]"),
 ])
 def test_cli_methods_and_concurrencies_are_checked_before_anything_runs(tmp_path, capsys, argv,
                                                                         problem):
@@ -358,3 +363,6 @@ def test_a_folder_takes_more_methods_and_concurrencies_on_the_same_prompts():
     assert shared_settings(replace(full, concurrencies=(1,), methods=("ucbspec",))) \
         == shared_settings(full)
     assert shared_settings(replace(full, queries_per_domain=3)) != shared_settings(full)
+    for other in ({"temperature": 0.7}, {"stop_at_eos": False},
+                  {"proposer": (("prior_rounds", 0),)}):  # other requests, another proposer
+        assert shared_settings(replace(full, **other)) != shared_settings(full)

@@ -3,7 +3,9 @@
 Run with the ``.venv-vllm`` interpreter (``make test`` does; tests/conftest.py leaves
 tests/vllm out of an environment without vLLM). Four engine starts: plain greedy (the
 reference, and the corpus of two n-gram drafters), HedgeSpec with every prompt submitted at
-once, HedgeSpec with staggered arrivals and finishes, and one with bad settings.
+once (under a step-cost model where drafted tokens are free: drafting always pays), the same
+under one where no draft ever pays, HedgeSpec with staggered arrivals and finishes, and one with
+bad settings.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from tests.vllm.pool_files import write_pool
 V, MAX_TOKENS = 512, 48
 SPEC = {"method": "custom_class", "model": "spec_adapters.vllm.HedgeSpecProposer",
         "num_speculative_tokens": 4}
+FREE_DRAFTS = {"step_s": 0.01, "row_s": 0.001}  # a fixed step-time model, draft_s set per run
 
 
 def _prompts() -> list[list[int]]:
@@ -37,11 +40,19 @@ def runs(tmp_path_factory):
     pool = tmp / "pool"
     write_pool(pool, V, {"even": plain["tokens"][0::2], "odd": plain["tokens"][1::2]},
                ngram_order=3)
-    cfg = tmp / "hedgespec.json"
-    cfg.write_text(json.dumps({"pool": str(pool), "trace": str(tmp / "trace.jsonl"),
-                               "pool_settings": {"domains": ["even", "odd"], "ngram_order": 3}}))
+    settings = {"pool": str(pool), "pool_settings": {"domains": ["even", "odd"],
+                                                     "ngram_order": 3}}
+    cfg = tmp / "hedgespec.json"  # drafted tokens cost nothing: every draft expected to pay
+    cfg.write_text(json.dumps({**settings, "trace": str(tmp / "trace.jsonl"),
+                               "step_costs": {**FREE_DRAFTS, "draft_s": 0.0}}))
     spec = run_engine({**job, "speculative_config": SPEC,
                        "env": {"HEDGESPEC_VLLM_CONFIG": str(cfg)}}, tmp)
+    cfg_never = tmp / "never.json"  # a drafted token costs 10 s: no draft ever pays
+    cfg_never.write_text(json.dumps({**settings, "trace": str(tmp / "never.jsonl"),
+                                     "stats": str(tmp / "never-stats.json"),
+                                     "step_costs": {**FREE_DRAFTS, "draft_s": 10.0}}))
+    never = run_engine({**job, "speculative_config": SPEC,
+                        "env": {"HEDGESPEC_VLLM_CONFIG": str(cfg_never)}}, tmp)
     # continuous batching: 12 requests, 4 at most in flight, arriving over 60 engine steps and
     # finishing at different lengths; prompts 3 and 7 come twice (7's twin at the same step)
     order = [*range(10), 3, 7]
@@ -56,7 +67,7 @@ def runs(tmp_path_factory):
                             "speculative_config": SPEC,
                             "env": {"HEDGESPEC_VLLM_CONFIG": str(cfg_s)}}, tmp)
     return {"tmp": tmp, "model": model, "prompts": prompts, "plain": plain, "spec": spec,
-            "trace": tmp / "trace.jsonl",
+            "trace": tmp / "trace.jsonl", "never": never, "never_trace": tmp / "never.jsonl",
             "staggered": {"order": order, "lengths": lengths, "out": staggered,
                           "trace": tmp / "staggered.jsonl"}}
 
@@ -65,6 +76,32 @@ def test_greedy_outputs_equal_plain_for_ten_prompts_submitted_together(runs):
     assert len(runs["plain"]["tokens"]) == 10
     assert all(len(t) == MAX_TOKENS for t in runs["spec"]["tokens"])
     assert runs["spec"]["tokens"] == runs["plain"]["tokens"]
+
+
+def _ks_by_request(trace) -> dict[int, list[int]]:
+    """Per request, the draft length it returned at each of its steps."""
+    out: dict[int, list[int]] = {}
+    for line in trace.read_text().splitlines():
+        rec = json.loads(line)
+        out.setdefault(rec["req"], []).append(rec["k"])
+    return out
+
+
+def test_where_drafts_are_free_every_request_keeps_drafting(runs):
+    late = [k for ks in _ks_by_request(runs["trace"]).values()
+            for k in ks[SPEC["num_speculative_tokens"] + 1:]]
+    assert late and sum(k > 0 for k in late) >= 0.5 * len(late), late
+
+
+def test_where_no_draft_pays_the_engine_drafts_nothing_after_the_first_round(runs):
+    assert runs["never"]["tokens"] == runs["plain"]["tokens"]
+    K = SPEC["num_speculative_tokens"]
+    ks = _ks_by_request(runs["never_trace"])
+    assert len(ks) == 10
+    for seq in ks.values():  # the first round is scored after K steps; nothing drafted after
+        assert len(seq) > MAX_TOKENS - K and sum(seq[K + 1:]) == 0, seq
+    stats = json.loads((runs["tmp"] / "never-stats.json").read_text())
+    assert stats["step_model"]["draft_s"] == 10.0 and stats["steps_drafted"] <= K + 1
 
 
 def test_requests_in_one_batch_learn_their_own_drafter(runs):
