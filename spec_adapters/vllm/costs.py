@@ -33,10 +33,21 @@ request ``r`` drafting ``k_r`` tokens, takes ``T = a + b_R B + b_D sum_r k_r`` a
 splits the step exactly (``sum_r c_r(k_r) = T``), so the batch's time per token
 ``sum_r c_r / sum_r AL_r`` is minimised, Dinkelbach-linearised at the batch's time per token
 ``tau``, by each request minimising its own ``c_r(k) - tau AL_r(k)``: a draft pays when its
-expected accepted tokens exceed ``b_D k / tau`` (:meth:`StepTimeModel.draft_seconds`, the
-marginal cost the proposer weighs a draft's expected gain against). With ``B = 1`` ``c(k)`` is
+expected accepted tokens exceed ``b_D k / tau``. With ``B = 1`` ``c(k)`` is
 the step latency ``T(1, k)``; at large ``B`` the shared ``a`` vanishes and, on a CPU where
 ``b_D`` is most of a step's cost per row, speculation switches itself off.
+
+Pricing a drafted token (:meth:`StepTimeModel.draft_seconds`, what the proposer's abstention
+weighs a draft's expected gain against). A drafted token is one more query position in every
+matmul and one more row of logits: the work of a row's own position, the row's per-request
+overhead aside. The fit splits the two only as far as rows and drafts vary independently, and
+at a steady load they rise and fall together; measured at 21 requests in flight (this CPU) the
+fit gave ``b_D`` = 1.35 ms against ``b_R`` = 4.5 ms, while the steps themselves (plain against
+speculating, docs/benchmark.md "vLLM under load") put a drafted token near 3.7 ms: drafting
+then looked cheap, and ran at 0.87-0.96x plain. An underestimated draft cost makes speculation
+slower than not speculating, an overestimated one only forgoes some gain, so the abstention
+prices a drafted token at ``max(b_D, b_R)``. The learner's losses keep the fitted split
+(:meth:`StepTimeModel.expert_costs`, exact: the charges sum to the step).
 """
 
 from __future__ import annotations
@@ -117,8 +128,10 @@ class StepTimeModel:
             + bd * np.asarray(drafted, dtype=np.float64)
 
     def draft_seconds(self) -> float:
-        """``b_D``: what one more drafted token adds to a step, at any load."""
-        return self.coefficients()[2]
+        """What one more drafted token adds to a step, priced conservatively:
+        ``max(b_D, b_R)`` (module docstring, "Pricing a drafted token")."""
+        _a, br, bd = self.coefficients()
+        return max(br, bd)
 
     def expert_costs(self, n_requests: int, max_k: int) -> np.ndarray:
         """``c(k) = a / B + b_R + b_D k`` for ``k = 0 .. K``: one request's share of a step of

@@ -494,6 +494,10 @@ def test_a_drafted_token_is_priced_like_a_row_until_the_steps_show_otherwise():
 def test_a_fixed_step_model_ignores_the_steps_and_bad_input_is_named():
     model = StepTimeModel(fixed=(0.01, 0.002, 0.5)).observe(3, 2, 9.0)
     assert model.coefficients() == (0.01, 0.002, 0.5) and model.draft_seconds() == 0.5
+    # a drafted token is priced no lower than a row (the fitted split is kept for the costs)
+    cheap = StepTimeModel(fixed=(0.01, 0.004, 0.001))
+    assert cheap.draft_seconds() == 0.004
+    np.testing.assert_allclose(cheap.expert_costs(1, 2), [0.014, 0.015, 0.016])
     with pytest.raises(ValueError, match="need rows >= 1, drafted >= 0"):
         StepTimeModel().observe(0, 0, 0.1)
     with pytest.raises(ValueError, match="fixed must be three finite seconds >= 0"):
