@@ -335,12 +335,14 @@ def build_parser() -> argparse.ArgumentParser:
 
     s = sub.add_parser("bench-vllm", help="HedgeSpec inside vLLM vs vLLM plain and ngram "
                        "(resumable)",
-                       description="One vLLM engine per method (from .venv-vllm or this "
-                       "environment): vLLM plain, vLLM ngram, the HedgeSpec proposer, EXP3Spec "
-                       "/ UCBSpec and every drafter fixed, on the held-out prompts, greedy, one "
-                       "request at a time and concurrent; tok/s, MAT, s / request, outputs "
-                       "checked equal to plain. Records go to <out>/records.jsonl as each "
-                       "(method, concurrency) ends; re-running skips them.")
+                       description="One vLLM engine per method and phase (from .venv-vllm or "
+                       "this environment): vLLM plain, vLLM ngram, the HedgeSpec proposer, "
+                       "EXP3Spec / UCBSpec and every drafter fixed, on the held-out prompts, "
+                       "requests stopping at EOS, greedy or at --temperature, one request at a "
+                       "time, concurrent and arriving over time; tok/s, MAT, s / request, the "
+                       "share of steps that drafted, the proposer's share of a step, greedy "
+                       "outputs checked equal to plain. Records go to <out>/records.jsonl as "
+                       "each (method, phase) ends; re-running skips them.")
     _common(s)
     s.add_argument("--preset", choices=VLLM_BENCH_PRESETS, default="quick",
                    help="quick (default: 2 prompts per domain, 64 tokens, 1 and 4 concurrent, "
