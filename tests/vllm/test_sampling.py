@@ -57,7 +57,10 @@ def runs(tmp_path_factory):
                         "sampling": batch["sampling"] + [{"temperature": 0.0}] * 3,
                         "arrivals": [0] * n + [10_000] * 3}, tmp)
     cfg = tmp / "hedgespec.json"
-    cfg.write_text(json.dumps({"pool": None, "trace": str(tmp / "trace.jsonl")}))
+    # drafted tokens priced free, so that the rows keep drafting whatever the batch's load: the
+    # law under test is the rejection rule's
+    cfg.write_text(json.dumps({"pool": None, "trace": str(tmp / "trace.jsonl"),
+                               "step_costs": {"step_s": 0.01, "row_s": 0.0, "draft_s": 0.0}}))
     spec = run_engine({"model": model, **batch, "speculative_config": HEDGESPEC,
                        "env": {"HEDGESPEC_VLLM_CONFIG": str(cfg)}}, tmp)
     ngram = run_engine({"model": model, **batch, "speculative_config": NGRAM}, tmp)
