@@ -15,7 +15,7 @@ import argparse
 
 import torch
 
-from spec_adapters.app.measure import median_ms, run_decoder
+from spec_adapters.app.bench.measure import median_ms, run_decoder
 from spec_adapters.eagle import EagleHead, EagleHeadConfig, HeadPool, HedgeSpecDecoder, TreeConfig
 from spec_adapters.eagle.train import TrainConfig, head_loss
 from spec_adapters.eagle.tree import draft_tree, verify_tree

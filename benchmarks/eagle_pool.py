@@ -1,7 +1,7 @@
 """The EAGLE-head pool on the real target: a greedy mixed stream with tree decoding.
 
 Loads the heads that ``hedgespec train-drafters --eagle-steps N`` trained into the pool folder
-(one per domain + the generalist) through ``spec_adapters.app.pool.load_pool``: the entries of
+(one per domain + the generalist) through ``spec_adapters.app.pool.cache.load_pool``: the entries of
 exactly these settings (``--domains``, ``--max-train-tokens``, ``--ngram-order``,
 ``--eagle-steps``, as given to ``train-drafters``), checked against their checksums; nothing is
 built (a missing or corrupt entry is one line naming it). Takes the first held-out prompt of
@@ -24,9 +24,9 @@ from pathlib import Path
 import torch
 
 from spec_adapters.app.args import OneLineParser, int_arg
+from spec_adapters.app.bench.measure import run_decoder
 from spec_adapters.app.domains import DOMAINS, chat_ids, load_domain
-from spec_adapters.app.measure import run_decoder
-from spec_adapters.app.pool import PoolConfig, load_pool
+from spec_adapters.app.pool.cache import PoolConfig, load_pool
 from spec_adapters.eagle import HedgeSpecDecoder, TreeConfig
 from spec_adapters.hf.models import default_cache_dir, load_target
 

@@ -41,7 +41,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from spec_adapters.app.measure import time_calls
+from spec_adapters.app.bench.measure import time_calls
 from spec_adapters.core.policies import make_policy
 from spec_adapters.eagle import EagleHead, EagleHeadConfig, HeadPool, TreeConfig
 from spec_adapters.eagle.tree import draft_tree, verify_tree

@@ -3,7 +3,7 @@
 For each domain the last ``--dev`` distilled answers (the target's own greedy answers to
 training-side prompts, ``hedgespec distill``) are held out as a dev stream; every variant is
 built from the domain's training text (``--max-train-tokens``) plus the other answers and
-replayed on the dev stream (greedy, ``K`` = 4, :mod:`spec_adapters.app.replay`: exact MAT
+replayed on the dev stream (greedy, ``K`` = 4, :mod:`spec_adapters.app.bench.replay`: exact MAT
 without the target). Variants:
 
 - ``text``: the n-gram on the domain text alone;
@@ -29,10 +29,15 @@ from pathlib import Path
 
 import torch
 
-from spec_adapters.app.distill import answers_folder, load_answers, shipped_dir, target_fingerprint
+from spec_adapters.app.bench.replay import replay_fixed
+from spec_adapters.app.distill.answers import (
+    answers_folder,
+    load_answers,
+    shipped_dir,
+    target_fingerprint,
+)
 from spec_adapters.app.domains import DOMAINS, chat_ids, load_domains
-from spec_adapters.app.pool_builders import token_window, tokenize_budget
-from spec_adapters.app.replay import replay_fixed
+from spec_adapters.app.pool.builders import token_window, tokenize_budget
 from spec_adapters.drafters.ngram import NGramDrafter, PromptLookupDrafter
 from spec_adapters.drafters.suffix import SuffixDrafter
 from spec_adapters.hf.models import load_target

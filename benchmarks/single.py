@@ -33,7 +33,7 @@ import torch
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from spec_adapters.app.measure import median_ms, run_decoder
+from spec_adapters.app.bench.measure import median_ms, run_decoder
 from spec_adapters.decoding.chain import HedgeSpecDecoder
 from spec_adapters.drafters import HFDrafter, StackedHFDrafters
 from spec_adapters.hf.target import TargetModel

@@ -11,11 +11,10 @@ import numpy as np
 import torch
 
 from spec_adapters.app import router as router_mod
-from spec_adapters.app.pool import PoolConfig, _entries, build_pool, pool_dir
+from spec_adapters.app.pool.cache import PoolConfig, _entries, build_pool, pool_dir
 from spec_adapters.hf.models import load_target
 from spec_adapters.hf.target import output_vocab_size
-
-from ..spec_adapters.bench_fixtures import distill_answers, make_target_folder, write_domains
+from tests.spec_adapters.bench_fixtures import distill_answers, make_target_folder, write_domains
 
 DOMS = ("code", "math", "news")
 

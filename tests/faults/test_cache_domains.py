@@ -11,8 +11,8 @@ import pytest
 from spec_adapters.app import domains as dm
 from spec_adapters.app.domains import Sources, load_domain, prepare_domains
 from spec_adapters.store import CacheError
+from tests.spec_adapters.bench_fixtures import domain_texts
 
-from ..spec_adapters.bench_fixtures import domain_texts
 from .damage import FILE_FAULTS, on, overwrite_with
 
 DOMS = ("code", "math", "news")

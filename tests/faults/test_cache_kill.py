@@ -15,8 +15,8 @@ import time
 import pytest
 
 from spec_adapters.app import domains as dm
-from spec_adapters.app.pool import build_pool, load_pool
-from spec_adapters.app.pool_entries import check_entry
+from spec_adapters.app.pool.cache import build_pool, load_pool
+from spec_adapters.app.pool.entries import check_entry
 from spec_adapters.hf import models
 from spec_adapters.store.atomic import temporaries
 

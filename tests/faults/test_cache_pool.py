@@ -14,8 +14,8 @@ import numpy as np
 import pytest
 import torch
 
-from spec_adapters.app.pool import PoolCorruptError, load_pool
-from spec_adapters.app.pool_entries import write_sidecar
+from spec_adapters.app.pool.cache import PoolCorruptError, load_pool
+from spec_adapters.app.pool.entries import write_sidecar
 from spec_adapters.store import integrity
 
 from .cache_world import World, config, patch_router

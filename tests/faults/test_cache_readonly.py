@@ -15,7 +15,7 @@ import os
 import pytest
 
 from spec_adapters.app import domains as dm
-from spec_adapters.app.pool import PoolCorruptError, load_pool
+from spec_adapters.app.pool.cache import PoolCorruptError, load_pool
 from spec_adapters.hf.models import load_target
 from spec_adapters.store import CacheError
 

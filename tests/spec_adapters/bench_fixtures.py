@@ -89,7 +89,7 @@ def distill_answers(model, tok, cache_dir: Path, names=("code", "math", "news"),
                     tokens: int = 6) -> dict:
     """The tiny target's answer set in ``<cache_dir>/distilled`` (``hedgespec distill``'s own
     code, transformers engine), what a pool with ``distilled_tokens=tokens`` copies."""
-    from spec_adapters.app.distill import DistillConfig, distill
+    from spec_adapters.app.distill.answers import DistillConfig, distill
     from spec_adapters.app.domains import load_domains
 
     return distill(model, tok, load_domains(cache_dir, names), Path(cache_dir) / "distilled",

@@ -16,8 +16,8 @@ def write_pool(folder: Path, vocab_size: int, docs: dict[str, list[list[int]]],
     """One specialist per ``docs`` key (its domain) on ``docs[domain]`` and the generalist on
     ``general``, with ``settings`` (``NGramPoolSettings`` fields) for the rest; returns the
     pool's settings."""
-    from spec_adapters.app.pool_builders import save_ngram
-    from spec_adapters.app.pool_entries import Entry
+    from spec_adapters.app.pool.builders import save_ngram
+    from spec_adapters.app.pool.entries import Entry
 
     pool = NGramPoolSettings(domains=tuple(docs), **settings)
     folder.mkdir(parents=True, exist_ok=True)

@@ -192,7 +192,7 @@ def test_default_pool_settings_are_train_drafters_defaults():
     names)."""
     from dataclasses import fields
 
-    from spec_adapters.app.pool import PoolConfig, _entries
+    from spec_adapters.app.pool.cache import PoolConfig, _entries
 
     cfg = PoolConfig()
     assert NGramPoolSettings() == NGramPoolSettings(
@@ -443,7 +443,7 @@ def test_default_pool_is_the_folder_the_application_builds_and_is_loaded(tmp_pat
                                                                          monkeypatch):
     from transformers import AutoTokenizer, LlamaForCausalLM
 
-    from spec_adapters.app.pool import pool_dir
+    from spec_adapters.app.pool.cache import pool_dir
     from spec_adapters.vllm.target_pool import pool_folder
     from tests.vllm.engine_run import tiny_llama, tiny_tokenizer
 

@@ -1,0 +1,109 @@
+"""Markdown tables of an aggregated benchmark summary, and the display names of its methods.
+
+The summary is the output of :func:`spec_adapters.app.bench.aggregate.aggregate`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+__all__ = ["LABELS", "MAIN_ORDER", "markdown_tables", "speed_tables"]
+
+LABELS = {"target": "target alone", "generalist": "generalist (n-gram, mix)",
+          "specialist": "own-domain specialist", "router": "router (MiniLM + logreg)",
+          "exp3spec": "EXP3Spec", "ucbspec": "UCBSpec", "metasd-ucb": "MetaSD-UCB",
+          "normalhedge": "HedgeSpec (NormalHedge)",
+          "normalhedge-cost": "HedgeSpec cost-aware (NormalHedge, (drafter, k))",
+          "hedge": "HedgeSpec (Hedge)", "adahedge": "HedgeSpec (AdaHedge)",
+          "normalhedge-carry": "HedgeSpec (NormalHedge, carried across the stream)",
+          "oracle": "hindsight oracle", "hf-prompt-lookup": "HF prompt lookup",
+          "target-rows-first": "target alone, our step (layout measured; compiled where set)",
+          "fixed:ngram-union": "union n-gram (all domains)", "fixed:suffix": "suffix drafter",
+          "fixed:prompt-lookup": "prompt lookup (ours)",
+          "fixed:suffix-no-memory": "suffix drafter without the stream memory"}
+MAIN_ORDER = ("target", "target-rows-first", "hf-prompt-lookup", "fixed:prompt-lookup",
+              "fixed:suffix", "fixed:suffix-no-memory",
+              "fixed:ngram-union", "generalist", "specialist", "router", "exp3spec", "ucbspec",
+              "metasd-ucb", "normalhedge", "normalhedge-carry", "hedge", "adahedge",
+              "normalhedge-cost", "oracle")
+
+
+def _f(x, fmt="{:.2f}"):
+    return "–" if x is None else fmt.format(x)
+
+
+def speed_tables(summary: dict, methods: Sequence[str] = MAIN_ORDER) -> list[str]:
+    """Markdown lines: per temperature and scope (mixed stream, then each domain), tokens/s,
+    speed-ups against the target and HF prompt lookup, MAT, and the non-target time per round
+    and its share of the verification time, for ``methods`` then the fixed drafters."""
+    lines = []
+    for temp, t in summary["main"].items():
+        rows = [m for m in methods if m in t] + sorted(m for m in t if m.startswith("fixed:")
+                                                        and m not in methods)
+        scopes = ["mixed", *sorted({d for v in t.values() for d in v if d != "mixed"})]
+        for scope in scopes:
+            lines += [f"### Speed, temperature {temp}, {scope}"
+                      + (" stream" if scope == "mixed" else " prompts"), "",
+                      "| method | tok/s | x target | x HF lookup | MAT | non-target ms / round "
+                      "| non-target / verify |", "|---|---|---|---|---|---|---|"]
+            for m in rows:
+                a = t[m].get(scope)
+                if a is None:
+                    continue
+                lines.append(f"| {LABELS.get(m, m)} | {_f(a['tok_s'], '{:.1f}')} | "
+                             f"{_f(a.get('speedup_target'))} | "
+                             f"{_f(a.get('speedup_hf_lookup'))} | {_f(a['mat'])} | "
+                             f"{_f(a.get('non_target_ms_per_round'), '{:.1f}')} | "
+                             f"{_f(a.get('non_target_per_verify'))} |")
+            lines.append("")
+    return lines
+
+
+def markdown_tables(summary: dict, methods: Sequence[str] = MAIN_ORDER) -> str:
+    """The main table per temperature (mixed stream + per domain), the speed tables
+    (:func:`speed_tables`), ratios, Table 1."""
+    lines = []
+    for temp, t in summary["main"].items():
+        domains = sorted({d for v in t.values() for d in v if d != "mixed"})
+        lines += [f"### Mixed stream and per domain, temperature {temp}", "",
+                  "| method | mixed MAT | tok/s (wall) | tok/s (CPU) | "
+                  + " | ".join(f"{d} MAT" for d in domains) + " |",
+                  "|---|---|---|---|" + "---|" * len(domains)]
+        for m in [m for m in methods if m in t]:
+            v = t[m]
+            lines.append(f"| {LABELS.get(m, m)} | {_f(v['mixed']['mat'])} | "
+                         f"{_f(v['mixed']['tok_s'], '{:.1f}')} | "
+                         f"{_f(v['mixed'].get('tok_cpu_s'), '{:.1f}')} | "
+                         + " | ".join(_f(v.get(d, {}).get("mat")) for d in domains) + " |")
+        lines.append("")
+    lines += speed_tables(summary, methods)
+    if summary.get("greedy_identical"):
+        same = summary["greedy_identical"]
+        lines += ["Greedy output identical to `model.generate` (queries): "
+                  + ", ".join(f"{LABELS.get(m, m)} {a}/{n}" for m, (a, n) in same.items()), ""]
+    if summary.get("ratios"):
+        keys = list(dict.fromkeys(k for r in summary["ratios"].values() for k in r))
+        lines += ["### HedgeSpec (NormalHedge) ratios on the mixed stream", "",
+                  "| temperature | " + " | ".join(keys) + " |", "|---|" + "---|" * len(keys)]
+        for temp, r in summary["ratios"].items():
+            lines.append(f"| {temp} | " + " | ".join(_f(r.get(k)) for k in keys) + " |")
+        lines.append("")
+    if summary.get("stream_thirds"):
+        lines += ["### Along the stream: MAT over its first and last third, greedy", "",
+                  "| method | first third | last third |", "|---|---|---|"]
+        for m, v in summary["stream_thirds"].items():
+            lines.append(f"| {LABELS.get(m, m)} | {_f(v['first_third'])} | "
+                         f"{_f(v['last_third'])} |")
+        lines.append("")
+    if summary.get("table1"):
+        t1 = summary["table1"]
+        domains = sorted({d for v in t1.values() for d in v})
+        lines += ["### Table 1 analog: MAT of every drafter (fixed) on every domain, greedy", "",
+                  "| drafter | " + " | ".join(domains) + " |", "|---|" + "---|" * len(domains)]
+        for n, v in t1.items():
+            best = {d: max(t1[x].get(d) or 0 for x in t1) for d in domains}
+            cells = [("**" + _f(v.get(d)) + "**") if v.get(d) == best[d] else _f(v.get(d))
+                     for d in domains]
+            lines.append(f"| {n} | " + " | ".join(cells) + " |")
+        lines.append("")
+    return "\n".join(lines)

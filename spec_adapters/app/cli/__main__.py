@@ -1,0 +1,5 @@
+"""``python -m spec_adapters.app.cli``: the ``hedgespec`` command."""
+
+from spec_adapters.app.cli.main import main
+
+raise SystemExit(main())

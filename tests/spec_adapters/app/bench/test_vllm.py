@@ -1,0 +1,367 @@
+"""hedgespec bench-vllm without vLLM: the aggregation on fake records (checked against sums
+written out by hand), the tables and plot, the closed loop of the engine runner against a fake
+engine, the methods' settings, and the record store's resumability."""
+
+from __future__ import annotations
+
+import json
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+
+from spec_adapters.app.bench.vllm import (
+    PRESETS,
+    VllmBenchConfig,
+    VllmRecords,
+    aggregate,
+    drafter_names,
+    markdown,
+    method_specs,
+    plot,
+)
+from spec_adapters.app.bench.vllm_worker import counter_totals, run_requests
+
+
+def _req(qid, domain, tokens, seconds, accepted=0, drafted=0):
+    return {"qid": qid, "domain": domain, "tokens": tokens, "new_tokens": len(tokens),
+            "seconds": seconds, "accepted": accepted, "drafted": drafted}
+
+
+def _records():
+    """Two prompts (code, math) of 8 tokens at concurrency 1 and 4."""
+    a, b = list(range(8)), list(range(10, 18))
+    recs = []
+    for c, wall in ((1, 4.0), (4, 2.0)):
+        recs += [
+            {"method": "plain", "concurrency": c, "seconds": wall,
+             "requests": [_req("code/0", "code", a, wall / 2),
+                          _req("math/0", "math", b, wall / 2)]},
+            {"method": "ngram", "concurrency": c, "seconds": wall / 2,
+             "requests": [_req("code/0", "code", a, wall / 4, 4, 8),
+                          _req("math/0", "math", b, wall / 4, 0, 4)]},
+            # hedgespec: 6 of math's 8 tokens accepted; code's output differs from plain at c=4
+            {"method": "hedgespec", "concurrency": c, "seconds": wall / 4,
+             "requests": [_req("code/0", "code", a if c == 1 else [*a[:7], 99], wall / 5, 2, 4),
+                          _req("math/0", "math", b, wall / 20, 6, 8)]},
+        ]
+    return recs
+
+
+def test_aggregate_pools_tokens_steps_and_time_as_written_out_by_hand():
+    s = aggregate(_records())
+    assert s["concurrencies"] == [1, 4]
+    assert s["domains"] == ["code", "math"]
+    h = s["methods"]["hedgespec"]["1"]
+    # 16 tokens in 1 s of wall time; steps = 16 - (2 + 6) accepted
+    assert h["tok_s"] == pytest.approx(16 / 1.0)
+    assert h["mat"] == pytest.approx(16 / 8)
+    assert h["s_per_request"] == pytest.approx((0.8 + 0.2) / 2)
+    assert (h["accepted"], h["drafted"], h["steps"]) == (8, 12, 8)
+    # against plain (16 tokens / 4 s) and ngram (16 / 2 s) at the same concurrency
+    assert h["x_plain"] == pytest.approx(4.0)
+    assert h["x_ngram"] == pytest.approx(2.0)
+    # per domain: tokens over that domain's time in flight; plain spends 2 s on each
+    assert h["domains"]["code"]["tok_s"] == pytest.approx(8 / 0.8)
+    assert h["domains"]["code"]["x_plain"] == pytest.approx((8 / 0.8) / (8 / 2.0))
+    assert h["domains"]["math"]["mat"] == pytest.approx(8 / 2)
+    assert s["methods"]["plain"]["1"]["mat"] == pytest.approx(1.0)
+    assert s["methods"]["ngram"]["4"]["mat"] == pytest.approx(16 / 12)
+
+
+def test_outputs_are_compared_with_plain_at_the_same_concurrency():
+    s = aggregate(_records())
+    assert s["methods"]["hedgespec"]["1"]["identical"] is True
+    assert s["methods"]["hedgespec"]["4"]["identical"] is False
+    assert s["methods"]["hedgespec"]["4"]["mismatched"] == ["code/0"]
+    assert s["methods"]["ngram"]["4"]["identical"] is True
+    no_plain = aggregate([r for r in _records() if r["method"] != "plain"])
+    assert no_plain["methods"]["ngram"]["1"]["identical"] is None
+    assert no_plain["methods"]["ngram"]["1"]["x_plain"] is None
+
+
+def test_targets_are_the_issue_goals_that_the_records_answer():
+    t = {x["name"]: x for x in aggregate(_records())["targets"]}
+    # no 16-concurrent record: that goal is left out, the others computed at c = 1; over the
+    # sweep (c = 1, 4) the worst ratios, and no proposer telemetry: no overhead goal
+    assert set(t) == {"one at a time, x vLLM ngram", "one at a time, x vLLM plain",
+                      "one at a time, worst domain x vLLM plain",
+                      "every concurrency, worst x vLLM plain",
+                      "every concurrency, worst x vLLM ngram"}
+    assert t["every concurrency, worst x vLLM plain"]["value"] == pytest.approx(4.0)
+    assert t["every concurrency, worst x vLLM ngram"]["value"] == pytest.approx(2.0)
+    assert t["one at a time, x vLLM plain"]["value"] == pytest.approx(4.0)
+    worst = min((8 / 0.8) / (8 / 2.0), (8 / 0.2) / (8 / 2.0))
+    assert t["one at a time, worst domain x vLLM plain"]["value"] == pytest.approx(worst)
+    assert all(x["met"] for x in t.values())
+    slow = [dict(r, seconds=r["seconds"] * 10) if r["method"] == "hedgespec" else r
+            for r in _records()]
+    assert not next(x for x in aggregate(slow)["targets"]
+                    if x["name"] == "one at a time, x vLLM plain")["met"]
+
+
+def _with_telemetry(records: list[dict]) -> list[dict]:
+    """The records, hedgespec's at c = 4 with vLLM's counters and the proposer's telemetry,
+    plus a phase of requests arriving at 0.5/s."""
+    out = []
+    for r in records:
+        if r["method"] == "hedgespec" and r["concurrency"] == 4:
+            r = {**r, "counters": {"vllm:generation_tokens": 16,
+                                   "vllm:spec_decode_num_accepted_tokens": 6,
+                                   "vllm:spec_decode_num_drafts": 4},
+                 "proposer": {"steps": 8, "steps_drafted": 2, "propose_s": 0.02, "step_s": 0.5,
+                              "drafters": {"suffix": {"chosen": 4}}}}
+        out.append(r)
+    return out + [{**r, "rate": 0.5, "seconds": r["seconds"] * 2} for r in records
+                  if r["concurrency"] == 4]
+
+
+def test_drafting_shares_overhead_and_arrival_phases_from_the_records():
+    s = aggregate(_with_telemetry(_records()))
+    assert s["phases"] == ["1", "4", "0.5/s"] and s["concurrencies"] == [1, 4]
+    h = s["methods"]["hedgespec"]["4"]
+    assert h["drafted_share"] == pytest.approx(4 / (16 - 6))  # drafts / request-steps
+    assert h["steps_drafted_share"] == pytest.approx(2 / 8)
+    assert h["overhead"] == pytest.approx(0.02 / 0.5)
+    assert h["drafters"] == {"suffix": {"chosen": 4}}
+    assert s["methods"]["hedgespec"]["1"]["overhead"] is None  # no telemetry
+    assert s["methods"]["hedgespec"]["0.5/s"]["x_plain"] == pytest.approx(4.0)  # same phase
+    over = next(t for t in s["targets"] if t["name"].startswith("proposer's share"))
+    assert over["value"] == pytest.approx(0.04) and not over["met"]  # a ceiling of 3%
+    assert s["methods"]["plain"]["1"]["cap_share"] is None  # no cap given
+    assert aggregate(_records(), cap=8)["methods"]["plain"]["1"]["cap_share"] == 1.0
+    assert aggregate(_records(), cap=9)["methods"]["plain"]["1"]["cap_share"] == 0.0
+    md = markdown(s)
+    assert "### vLLM, requests arriving at 0.5/s (Poisson)" in md and "| 4.0% |" in md
+    sampled = aggregate(_records(), greedy=False)
+    assert sampled["methods"]["hedgespec"]["4"]["identical"] is None  # not compared
+
+
+def test_arrivals_are_poisson_and_requests_wait_for_theirs():
+    from spec_adapters.app.bench.vllm_worker import arrival_times
+
+    assert arrival_times(5, None, 0) is None
+    times = arrival_times(4000, 2.0, 0)
+    assert times[0] == 0.0 and np.all(np.diff(times) > 0)
+    assert np.mean(np.diff(times)) == pytest.approx(0.5, rel=0.05)
+    assert times == arrival_times(4000, 2.0, 0) != arrival_times(4000, 2.0, 1)
+    with pytest.raises(ValueError, match="arrival rate must be > 0"):
+        arrival_times(3, 0.0, 0)
+    prompts = [{"qid": f"d/{i}", "domain": "d", "ids": [i]} for i in range(4)]
+    now = [0.0]
+    added = []
+
+    class Clocked(FakeEngine):
+        def add_request(self, rid, prompt, params):
+            added.append((rid, now[0]))
+            super().add_request(rid, prompt, params)
+
+        def step(self):
+            now[0] += 1.0
+            return super().step()
+
+    arrivals = [0.0, 0.5, 10.0, 10.5]
+    reqs, _ = run_requests(Clocked(), prompts, lambda: None, 8, "r", arrivals,
+                           clock=lambda: now[0], sleep=lambda s: now.__setitem__(0, now[0] + s))
+    assert len(reqs) == 4
+    for (_rid, t), due in zip(added, arrivals, strict=True):
+        assert due <= t < due + 1.0 + 1e-9  # added at its arrival, never before
+
+
+def test_markdown_and_plot_show_every_method_and_concurrency(tmp_path):
+    s = aggregate(_records())
+    md = markdown(s)
+    assert "### vLLM, one request at a time" in md and "### vLLM, 4 concurrent requests" in md
+    row = next(line for line in md.splitlines()
+               if line.startswith("| HedgeSpec proposer") and "no (1)" in line)
+    assert "| 2.00 |" in row  # MAT
+    assert md.count("| vLLM plain | ") == 4  # speed + per-domain table, two concurrencies
+    png = plot(s, tmp_path / "p.png")
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+class FakeEngine:
+    """An engine that finishes a request ``len(ids) % 3 + 1`` steps after it is added, and
+    records at each step how many requests were in flight and how many had finished before."""
+
+    def __init__(self):
+        self.live, self.in_flight, self.finished_before, self.finished = {}, [], [], 0
+
+    def add_request(self, rid, prompt, params):
+        self.live[rid] = [len(prompt["prompt_token_ids"]) % 3 + 1, prompt["prompt_token_ids"]]
+
+    def step(self):
+        self.in_flight.append(len(self.live))
+        self.finished_before.append(self.finished)
+        out = []
+        for rid in list(self.live):
+            self.live[rid][0] -= 1
+            if self.live[rid][0] == 0:
+                ids = self.live.pop(rid)[1]
+                self.finished += 1
+                seq = SimpleNamespace(token_ids=ids[::-1], spec_decode_metrics=SimpleNamespace(
+                    histogram=[1, 2, 0, 1], num_draft_tokens=9))
+                out.append(SimpleNamespace(request_id=rid, finished=True, outputs=[seq]))
+        return out
+
+
+def test_run_requests_keeps_c_requests_in_flight_and_returns_them_in_prompt_order():
+    prompts = [{"qid": f"d/{i}", "domain": "d", "ids": list(range(i + 1))} for i in range(7)]
+    engine = FakeEngine()
+    ticks = iter(range(1000))
+    reqs, seconds = run_requests(engine, prompts, lambda: None, 3, "c3",
+                                clock=lambda: float(next(ticks)))
+    assert [r["qid"] for r in reqs] == [p["qid"] for p in prompts]
+    assert [r["tokens"] for r in reqs] == [p["ids"][::-1] for p in prompts]
+    assert all(r["accepted"] == 2 * 1 + 3 * 1 and r["drafted"] == 9 for r in reqs)
+    # a slot is refilled as soon as it frees: min(c, requests not yet finished) in flight
+    assert engine.in_flight == [min(3, 7 - f) for f in engine.finished_before]
+    assert not engine.live and len(engine.in_flight) > 7 / 3
+    assert seconds > max(r["seconds"] for r in reqs)
+    with pytest.raises(ValueError, match="concurrency must be >= 1"):
+        run_requests(engine, prompts, lambda: None, 0, "c0")
+
+
+def test_counter_totals_sum_labels_and_ignore_other_metrics():
+    m = [SimpleNamespace(name="vllm:generation_tokens", value=5),
+         SimpleNamespace(name="vllm:generation_tokens", value=7),
+         SimpleNamespace(name="vllm:spec_decode_num_accepted_tokens", value=3),
+         SimpleNamespace(name="vllm:num_requests_running", value=99)]
+    t = counter_totals(m)
+    assert t["vllm:generation_tokens"] == 12
+    assert t["vllm:spec_decode_num_accepted_tokens"] == 3
+    assert t["vllm:spec_decode_num_drafts"] == 0
+
+
+@pytest.fixture
+def pool(tmp_path):
+    """A complete pool of train-drafters' default settings over 64 tokens; math's specialist
+    alone knows the cycle 10, 11, 12, 13."""
+    from spec_adapters.vllm.pool_settings import NGramPoolSettings
+    from tests.vllm.pool_files import write_pool
+
+    docs = {d: [[1, 2, 3, 4, 5]] for d in NGramPoolSettings().domains}
+    docs["math"] = [[10, 11, 12, 13] * 6]
+    write_pool(tmp_path / "pool", 64, docs)
+    return tmp_path / "pool"
+
+
+def test_a_fixed_method_drafts_with_the_drafter_it_names(pool, tmp_path):
+    from spec_adapters.vllm.config import ProposerConfig
+    from spec_adapters.vllm.proposer import HedgeSpecProposer
+
+    names = drafter_names(pool, 64)
+    assert names[:4] == [f"prompt-lookup-{n}" for n in (1, 2, 3, 4)]
+    assert names[-1] == "ngram-general" and "ngram-math" in names
+    spec, settings = method_specs("fixed:ngram-math", names, pool, tmp_path, 4, 0)
+    assert spec == {"method": "custom_class", "model": "spec_adapters.vllm.HedgeSpecProposer",
+                    "num_speculative_tokens": 4}
+    prop = HedgeSpecProposer.standalone(ProposerConfig(**settings), vocab_size=64, max_k=4,
+                                        max_model_len=256)
+    buf = np.array([[7, 8, 9, 10, 11]])  # no earlier occurrence: prompt lookup has nothing
+    assert prop.propose([[11]], np.array([5]), buf) == [[12, 13, 10, 11]]
+    with pytest.raises(ValueError, match="no n-gram pool"):
+        drafter_names(pool, 65)
+
+
+def test_method_specs_of_vllms_methods_and_the_learners(tmp_path):
+    names = ["prompt-lookup-1", "ngram-general"]
+    assert method_specs("plain", names, tmp_path, tmp_path, 4, 0) == (None, None)
+    assert method_specs("ngram", names, tmp_path, tmp_path, 3, 0)[0] == {
+        "method": "ngram", "num_speculative_tokens": 3}
+    _, hs = method_specs("hedgespec", names, tmp_path, tmp_path, 4, 0)
+    assert (hs["policy"], hs["cost_aware"]) == ("normalhedge", True)
+    _, ex = method_specs("exp3spec", names, tmp_path, tmp_path, 4, 0)
+    assert (ex["policy"], ex["cost_aware"]) == ("exp3spec", False)
+    with pytest.raises(ValueError, match="unknown method 'fixed:nope'"):
+        method_specs("fixed:nope", names, tmp_path, tmp_path, 4, 0)
+
+
+def test_config_rejects_bad_sizes_and_the_quick_preset_is_the_briefs():
+    q = PRESETS["quick"]
+    assert (q.queries_per_domain, q.max_new_tokens, q.concurrencies, q.methods) == (
+        2, 64, (1, 4), ("plain", "ngram", "hedgespec"))
+    assert PRESETS["full"].concurrencies == (1, 4, 16) and PRESETS["full"].methods is None
+    with pytest.raises(ValueError, match="concurrencies must be ascending"):
+        VllmBenchConfig(concurrencies=(4, 1))
+    with pytest.raises(ValueError, match="unknown methods"):
+        VllmBenchConfig(methods=("eagle",))
+    with pytest.raises(ValueError, match="max_new_tokens must be >= 1"):
+        VllmBenchConfig(max_new_tokens=0)
+
+
+def test_records_resume_by_method_and_concurrency(tmp_path):
+    path = tmp_path / "records.jsonl"
+    recs = VllmRecords(path)
+    for r in _records()[:3]:
+        recs.add(r)
+    with open(path, "a") as fh:
+        fh.write('{"method": "cut')  # a line cut by an interruption
+    again = VllmRecords(path)
+    assert again.has("plain", "1") and again.has("hedgespec", "1") \
+        and not again.has("plain", "4")
+    assert json.loads(path.read_text().splitlines()[0])["method"] == "plain"
+
+
+def test_an_out_folder_of_other_settings_is_refused(tmp_path):
+    from spec_adapters.app.bench.vllm import _check_settings
+
+    _check_settings(tmp_path, {"k": 4})
+    (tmp_path / "records.jsonl").write_text("")
+    _check_settings(tmp_path, {"k": 4})  # the same settings: resumed
+    with pytest.raises(ValueError, match="holds results of a run with other settings"):
+        _check_settings(tmp_path, {"k": 3})
+    assert json.loads((tmp_path / "settings.json").read_text()) == {"k": 4}
+
+
+def test_cli_without_a_pool_is_one_line_naming_it(tmp_path, capsys):
+    from spec_adapters.app.cli import main
+    from tests.spec_adapters.bench_fixtures import make_target_folder, write_domains
+
+    folder = make_target_folder(tmp_path)
+    write_domains(tmp_path / "cache", ["code", "math"])
+    rc = main(["bench-vllm", "--target", str(folder), "--cache-dir", str(tmp_path / "cache"),
+               "--domains", "code,math", "--out", str(tmp_path / "out")])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 2
+    assert err[-1].startswith("hedgespec: error: ") and "no drafter pool" in err[-1]
+    assert "hedgespec train-drafters" in err[-1]
+    assert not (tmp_path / "out" / "records.jsonl").exists()
+
+
+@pytest.mark.parametrize(("argv", "problem"), [
+    (["--methods", "plain,bogus"], "unknown methods ['bogus']"),
+    (["--concurrencies", "4,1"], "concurrencies must be ascending"),
+    (["--concurrencies", "0"], "must be an integer >= 1, got 0"),
+    (["--arrival-rates", "1,0"], "must be a finite number > 0.0, got 0"),
+    (["--temperature", "-1"], "must be a finite number >= 0.0, got -1"),
+    (["--proposer-settings", "[1]"], "expected a JSON object"),
+    (["--proposer-settings", '{"policy": "hedge"}'], "['policy'] are set by each method"),
+    (["--proposer-settings", '{"probe": 2}'], "probe must be a number in [0, 1]"),
+])
+def test_cli_methods_and_concurrencies_are_checked_before_anything_runs(tmp_path, capsys, argv,
+                                                                        problem):
+    from spec_adapters.app.cli import main
+
+    try:
+        rc = main(["bench-vllm", "--out", str(tmp_path / "out"), *argv])
+    except SystemExit as stop:  # argparse: a bad value
+        rc = stop.code
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 2 and problem in err[-1]
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_folder_takes_more_methods_and_concurrencies_on_the_same_prompts():
+    from dataclasses import replace
+
+    from spec_adapters.app.bench.vllm import PRESETS, shared_settings
+
+    full, targets = PRESETS["full"], PRESETS["targets"]
+    assert shared_settings(targets) == shared_settings(full)  # one folder can hold both
+    assert shared_settings(replace(full, concurrencies=(1,), methods=("ucbspec",))) \
+        == shared_settings(full)
+    assert shared_settings(replace(full, queries_per_domain=3)) != shared_settings(full)
+    for other in ({"temperature": 0.7}, {"stop_at_eos": False},
+                  {"proposer": (("prior_rounds", 0),)}):  # other requests, another proposer
+        assert shared_settings(replace(full, **other)) != shared_settings(full)

@@ -1,0 +1,131 @@
+"""``hedgespec`` CLI: --help of every command, clear errors (missing target path, unknown
+domain, corrupt cache -> message + rebuild), and the commands end to end on a tiny local target
+and tiny prepared domains."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from spec_adapters.app.cli import build_parser, main
+from tests.spec_adapters.bench_fixtures import make_target_folder, write_domains
+
+COMMANDS = ("demo", "prepare-data", "distill", "train-drafters", "train-head", "bench",
+            "generate")
+DOMS = "code,math,news"
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    torch.set_num_threads(1)
+    root = tmp_path_factory.mktemp("cli")
+    folder = make_target_folder(root)
+    write_domains(root / "cache", DOMS.split(","))
+    common = ["--target", str(folder), "--cache-dir", str(root / "cache"), "--threads", "1",
+              "--domains", DOMS]
+    assert main(["distill", *common, "--engine", "transformers", "--tokens-per-domain", "6",
+                 "--max-new-tokens", "4", "--batch-size", "2"]) == 0
+    return root, folder
+
+
+def _args(tiny, *extra):
+    root, folder = tiny
+    return ["--target", str(folder), "--cache-dir", str(root / "cache"), "--threads", "1",
+            "--domains", DOMS, "--distilled-tokens", "6", *extra]
+
+
+def test_distill_prints_what_it_made_and_a_pool_of_other_settings_says_what_is_missing(
+        tiny, capsys):
+    root, _ = tiny
+    (manifest,) = (root / "cache" / "distilled").glob("*/manifest.json")
+    assert set(json.loads(manifest.read_text())["domains"]) == set(DOMS.split(","))
+    rc = main(["train-drafters", *_args(tiny, "--distilled-tokens", "99")])
+    err = capsys.readouterr().err
+    assert rc == 2 and "hold 6 tokens per domain, the pool asks for 99" in err
+
+
+def test_help_lists_every_command(capsys):
+    with pytest.raises(SystemExit) as e:
+        main(["--help"])
+    assert e.value.code == 0
+    out = capsys.readouterr().out
+    for c in COMMANDS:
+        assert c in out
+
+
+@pytest.mark.parametrize("command", COMMANDS)
+def test_every_command_has_help(command, capsys):
+    with pytest.raises(SystemExit) as e:
+        main([command, "--help"])
+    assert e.value.code == 0
+    out = capsys.readouterr().out
+    assert "--target" in out and "--cache-dir" in out
+
+
+def test_unknown_domain_is_a_usage_error(capsys):
+    with pytest.raises(SystemExit) as e:
+        main(["train-drafters", "--domains", "code,physics"])
+    assert e.value.code == 2
+    err = capsys.readouterr().err
+    assert "unknown domain(s) 'physics'" in err and "biology" in err
+
+
+def test_missing_target_path_is_one_clear_line(tmp_path, capsys):
+    rc = main(["train-drafters", "--target", str(tmp_path / "nope"), "--cache-dir",
+               str(tmp_path), "--threads", "1"])
+    assert rc == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1].startswith("hedgespec: error: target model path")
+    assert "does not exist" in err[-1]
+
+
+def test_generate_requires_a_prompt(capsys):
+    with pytest.raises(SystemExit) as e:
+        main(["generate"])
+    assert e.value.code == 2
+    assert "--prompt" in capsys.readouterr().err
+
+
+def test_parser_defaults():
+    a = build_parser().parse_args(["bench"])
+    assert a.preset == "small" and a.target is None and len(a.domains) == 7
+
+
+def test_train_drafters_then_corrupt_cache_is_rebuilt(tiny, capsys):
+    root, _ = tiny
+    assert main(["train-drafters", *_args(tiny, "--max-train-tokens", "2000")]) == 0
+    out = capsys.readouterr().out
+    assert "ngram-general" in out and "prompt-lookup" in out
+    entry = next((root / "cache" / "pool").glob("*/ngram-code-*.npz"))
+    entry.write_bytes(b"\0" * 10)
+    assert main(["train-drafters", *_args(tiny, "--max-train-tokens", "2000")]) == 0
+    err = capsys.readouterr().err
+    assert f"{entry.name} is unusable" in err and "rebuilding" in err
+    assert entry.stat().st_size > 10
+
+
+def test_generate_streams_with_drafter_markers(tiny, capsys):
+    rc = main(["generate", *_args(tiny, "--max-train-tokens", "2000"), "--prompt",
+               "please continue def return self", "--max-new-tokens", "12", "--colour",
+               "never"])
+    assert rc == 0
+    cap = capsys.readouterr()
+    assert "[ngram-" in cap.out or "[prompt-lookup]" in cap.out
+    assert "target calls" in cap.err and "rounds per drafter" in cap.err
+
+
+def test_demo_prints_the_comparison_table(tiny, tmp_path, capsys):
+    rc = main(["demo", *_args(tiny, "--max-train-tokens", "2000"), "--max-new-tokens", "6",
+               "--out", str(tmp_path / "demo"), "--no-vllm"])
+    assert rc == 0
+    out = capsys.readouterr().out
+    assert "inside vLLM" not in out and not (tmp_path / "demo" / "vllm").exists()
+    for label in ("target alone", "HF prompt lookup", "generalist", "EXP3Spec",
+                  "HedgeSpec (NormalHedge)", "HedgeSpec cost-aware", "hindsight oracle"):
+        assert label in out
+    target_row = next(line for line in out.splitlines() if line.startswith("target alone"))
+    assert target_row.split()[-1] == "1.00"  # the speed-up column is relative to the target
+    assert (tmp_path / "demo" / "fig5a_regret.png").is_file()
+    assert (tmp_path / "demo" / "results.json").is_file()
