@@ -42,10 +42,10 @@ import numpy as np
 import torch
 
 from spec_adapters.app.bench.measure import time_calls
-from spec_adapters.core.policies import make_policy
 from spec_adapters.eagle import EagleHead, EagleHeadConfig, HeadPool, TreeConfig
 from spec_adapters.eagle.tree import draft_tree, verify_tree
 from spec_adapters.hf.target import cache_kwarg, crop_cache, forward_cached, new_cache
+from spec_adapters.selection.policies import make_policy
 
 LLAMA31_8B = dict(vocab_size=128256, hidden_size=4096, intermediate_size=14336,
                   num_hidden_layers=32, num_attention_heads=32, num_key_value_heads=8,

@@ -263,7 +263,7 @@ def check_pointmass(settings: Settings) -> list[CheckResult]:
     continuation is the output of a decoder that speculates with *other* point-mass drafters
     switched by a past-only rule, enumerated exactly; the match is scored through
     ``draft_cost.acceptance_lengths`` as the vLLM proposer does."""
-    from spec_adapters.core.draft_cost import acceptance_lengths
+    from spec_adapters.selection.experts import acceptance_lengths
 
     rng = np.random.default_rng(settings.seed + 41)
     problems = random_problems(rng, settings.n(8, 32), V_range=(2, settings.n(3, 4)),

@@ -35,7 +35,7 @@ _EXPORTS = {
     "realized_ratio": "core.estimators",
     "tap_loss": "core.estimators",
     "eal_loss": "core.estimators",
-    "make_policy": "core.policies",
+    "make_policy": "selection.policies",
     "TargetModel": "hf.target",
     "load_target": "hf.models",
 }

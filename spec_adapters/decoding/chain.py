@@ -28,13 +28,14 @@ import numpy as np
 import torch
 
 from spec_adapters.core.acceptance import acceptance_probability
+from spec_adapters.core.position_stats import position_stats
 from spec_adapters.core.proposal import PointMass, Proposal, Rows, as_rows, warp
-from spec_adapters.core.rounds import greedy_stats, position_stats
 from spec_adapters.core.sampling import SamplingConfig, speculative_accept
 from spec_adapters.decoding.loop import GenerateOutput, Query, RoundLoop, Verdict
 from spec_adapters.drafters import Drafter, as_drafter, check_vocab, expand_drafters
 from spec_adapters.drafters.base import GREEDY_VERB
 from spec_adapters.hf.target import TargetModel
+from spec_adapters.selection.book import greedy_stats
 
 __all__ = ["ChainScheme", "GenerateOutput", "HedgeSpecDecoder"]
 
@@ -115,7 +116,7 @@ class ChainScheme:
     def evaluate(self, verdict: Verdict, q: Query, counterfactual: bool
                  ) -> tuple | None:
         """Every drafter appends the verified tokens; gamma, rho and where each abstains, at
-        each of them (greedy: :func:`~spec_adapters.core.rounds.greedy_stats`, numpy)."""
+        each of them (greedy: :func:`~spec_adapters.selection.book.greedy_stats`, numpy)."""
         if not counterfactual:
             return None
         new = torch.tensor(verdict.tokens)
@@ -217,13 +218,13 @@ class HedgeSpecDecoder(RoundLoop):
     draft_length : int, default 5
         ``K >= 1`` tokens drafted per round.
     policy : str or learner, default "normalhedge"
-        See :func:`spec_adapters.core.policies.make_policy`; also ``"oracle"`` (runs every drafter
-        fixed and returns the run with the best mean accepted tokens; for benchmarks).
+        See :func:`spec_adapters.selection.policies.make_policy`; also ``"oracle"`` (runs
+        every drafter fixed and returns the run with the best mean accepted tokens; for benchmarks).
     loss : {"eal", "tap"}, default "eal"
         Expected-acceptance-length or token-acceptance-probability loss (Theorem 3).
     delay : {"onarrival", "qpmd", "bold"}, default "onarrival"
         Delayed-feedback reduction around full-information learners (see
-        :mod:`spec_adapters.core.policies` for the choice).
+        :mod:`spec_adapters.selection.policies` for the choice).
     carry_state : bool, default False
         Keep the learner's state across ``generate`` calls instead of resetting it per query.
     cost_aware : bool, default False

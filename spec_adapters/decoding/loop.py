@@ -4,7 +4,7 @@ One round (HedgeSpec paper, Figure 1; ``docs/architecture.md``):
 
 1. **select**: the policy picks drafter ``i`` (``round_id, i = policy.play(rng)``), or with
    ``cost_aware=True`` an expert ``(i, k)``: drafter ``i`` drafting ``k = 0 .. K`` tokens
-   (:mod:`spec_adapters.core.draft_cost`; ``k = 0`` is a plain target step);
+   (:mod:`spec_adapters.selection.experts`; ``k = 0`` is a plain target step);
 2. **draft**: the :class:`DraftScheme` drafts with ``i`` (a chain of ``k`` tokens, a tree);
 3. **verify**: the scheme scores the draft with one target pass and its lossless acceptance
    rule; the loop cuts the new tokens after EOS or at the length limit and streams them;
@@ -12,7 +12,7 @@ One round (HedgeSpec paper, Figure 1; ``docs/architecture.md``):
    and ``rho`` per drafter and position, and where each abstains (only for full-information
    policies);
 5. **update**: rounds whose window of ``K`` positions is verified are fed their loss vector
-   (:class:`~spec_adapters.core.rounds.RoundTable`; cost-aware: every ``(i, k)``'s time loss
+   (:class:`~spec_adapters.selection.book.RoundBook`; cost-aware: every ``(i, k)``'s time loss
    from the window and the step costs measured online, paying for the drafts ``i`` would have
    made before abstaining); a bandit or fixed policy is fed the
    chosen drafter's loss right away (MetaSD-UCB: from the block's gamma that the scheme's
@@ -40,17 +40,18 @@ from typing import Any, Protocol
 import numpy as np
 import torch
 
-from spec_adapters.core.draft_cost import StepCosts, expert_losses, expert_of, n_experts
-from spec_adapters.core.policies import (
+from spec_adapters.core.sampling import SamplingConfig
+from spec_adapters.hf.target import TargetModel
+from spec_adapters.selection.book import RoundBook, Window
+from spec_adapters.selection.costs import StepCosts
+from spec_adapters.selection.experts import LOSSES, expert_of, n_experts, window_losses
+from spec_adapters.selection.policies import (
     FixedPolicy,
     bandit_loss,
     block_loss,
     feedback_of,
     make_policy,
 )
-from spec_adapters.core.rounds import LOSSES, RoundTable, Window, window_loss
-from spec_adapters.core.sampling import SamplingConfig
-from spec_adapters.hf.target import TargetModel
 
 __all__ = ["DraftScheme", "GenerateOutput", "Query", "RoundInfo", "RoundLoop", "Verdict",
            "check_eos", "check_seed"]
@@ -174,7 +175,7 @@ class Query:
     sampling: SamplingConfig
     gen: torch.Generator
     rng: np.random.Generator
-    table: RoundTable
+    book: RoundBook
     streamer: Any = None
     on_round: Callable[[RoundInfo], None] | None = None
     block_gamma: bool = False  # the scheme's verify fills Verdict.block_gamma (MetaSD-UCB)
@@ -233,8 +234,8 @@ class DraftScheme(Protocol):
         """Append ``verdict.tokens`` (already in ``q.seq``) to the drafters that track the
         context; with ``counterfactual``, return ``gamma, rho`` ``(N, m)`` at those tokens and,
         optionally, ``proposes`` ``(N, m)`` bool (``False`` where a drafter abstains;
-        :func:`~spec_adapters.core.rounds.position_stats`), for
-        :meth:`~spec_adapters.core.rounds.RoundTable.record`."""
+        :func:`~spec_adapters.core.position_stats.position_stats`), for
+        :meth:`~spec_adapters.selection.book.RoundBook.record`."""
 
     def stats(self) -> dict[str, Any]:
         """Scheme-specific stats of the query that just ended (may be empty)."""
@@ -293,7 +294,7 @@ class RoundLoop:
         Drafting and verification (:class:`spec_adapters.decoding.chain.ChainScheme`,
         :class:`spec_adapters.eagle.decoder.TreeScheme`).
     policy : str or learner, default "normalhedge"
-        See :func:`spec_adapters.core.policies.make_policy`; also ``"oracle"`` (runs every
+        See :func:`spec_adapters.selection.policies.make_policy`; also ``"oracle"`` (runs every
         drafter fixed and returns the run with the best mean accepted tokens; for benchmarks).
     loss : {"eal", "tap"}, default "eal"
         Expected-acceptance-length or token-acceptance-probability loss (Theorem 3).
@@ -303,7 +304,7 @@ class RoundLoop:
         Keep the learner's state across ``generate`` calls instead of resetting it per query.
     cost_aware : bool, default False
         Learn the draft length too: the experts are ``(drafter, k)``, ``k = 0 .. K``, with the
-        time-per-token loss of :mod:`spec_adapters.core.draft_cost` from step costs measured
+        time-per-token loss of :mod:`spec_adapters.selection.experts` from step costs measured
         online (kept across ``generate`` calls in :attr:`costs`). Needs a full-information
         policy; ``False`` is the paper's acceptance-only loss (``loss``) with ``k = K``.
 
@@ -386,8 +387,8 @@ class RoundLoop:
             limit = min(limit, self.target.max_length)
 
         def query(streamer, on_round) -> Query:
-            table = RoundTable(len(self.scheme.names), self.k, corrected=not sampling.greedy)
-            table.reset(prompt.numel())
+            book = RoundBook(len(self.scheme.names), self.k, corrected=not sampling.greedy)
+            book.reset(prompt.numel())
             gen = torch.Generator(device=self.target.device)
             if seed is None:
                 gen.seed()
@@ -395,7 +396,7 @@ class RoundLoop:
                 gen.manual_seed(seed)
             return Query(seq=prompt.tolist(), prompt_len=prompt.numel(), limit=limit, eos=eos,
                          sampling=sampling, gen=gen, rng=np.random.default_rng(seed),
-                         table=table, streamer=streamer, on_round=on_round,
+                         book=book, streamer=streamer, on_round=on_round,
                          block_gamma=self.block_gamma, done=prompt.numel() >= limit)
 
         if self.oracle:
@@ -451,7 +452,7 @@ class RoundLoop:
         round_id, e = policy.play(q.rng)
         q.played.append(round_id)
         if full:
-            q.table.open(round_id, len(q.seq))
+            q.book.open(round_id, len(q.seq))
         if self.cost_aware and not isinstance(policy, FixedPolicy):
             i, k = expert_of(e, self.k)
             weights = weights.reshape(-1, self.k + 1).sum(1)
@@ -479,8 +480,8 @@ class RoundLoop:
             policy.feed(round_id, block_loss(verdict.block_gamma) if q.block_gamma
                         else bandit_loss(verdict.accepted, self.k))
             return
-        q.table.record(*stats)
-        for window in q.table.pop_completed():
+        q.book.record(verdict.tokens, *stats)
+        for window in q.book.pop_completed():
             losses = self._window_losses(window, q)
             policy.feed(window.round_id, losses)
             q.losses.append((window.round_id, losses.tolist()))
@@ -492,11 +493,9 @@ class RoundLoop:
         ``min(k, lengths_i)`` tokens drafter ``i`` would have drafted (it abstains after
         ``lengths_i``)."""
         if not self.cost_aware:
-            return window_loss(w.gamma, w.rho, self.loss, q.table.corrected)
-        drafted = np.minimum(np.arange(self.k + 1)[None, :], w.lengths[:, None])
-        costs = np.take_along_axis(self.costs.round_costs(), drafted, 1)
-        return expert_losses(w.gamma.numpy(), w.rho.numpy() if q.table.corrected else None,
-                             costs, "time", tau=self.costs.time_per_token, validate=False)
+            return window_losses(w, self.loss, q.book.corrected)
+        return window_losses(w, "time", q.book.corrected, self.costs.round_costs(),
+                             self.costs.time_per_token)
 
     def _report(self, i: int, k: int, verdict: Verdict, weights: tuple[float, ...], q: Query
                 ) -> None:
@@ -541,8 +540,8 @@ class RoundLoop:
             "weights": [list(r.weights) for r in q.rounds],
             "losses": q.losses,
             "censored": len(censored),
-            "gamma": q.table.gamma if full else None,
-            "rho": q.table.rho if full else None,
+            "gamma": torch.from_numpy(q.book.gamma) if full else None,
+            "rho": torch.from_numpy(q.book.rho) if full else None,
             **{f"{k}_seconds": v for k, v in q.seconds.items()},
             "total_seconds": total,
             "policy": self.policy_name,

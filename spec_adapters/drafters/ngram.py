@@ -37,7 +37,7 @@ miss: a longer context only occurs where its suffix does).
 lists that follow them (CSR layout, numpy arrays), built by one sort per order: ~1 M tokens take
 about a second. A prediction is a binary search per order, a scan of the query's tokens (with
 ``context_weight``) and work linear in the continuations found, nothing of the vocabulary's
-size; both drafters run it compiled (:mod:`spec_adapters.drafters.ngram_kernel`), one call per
+size; both drafters run it compiled (:mod:`spec_adapters.selection.ngram_kernel`), one call per
 ``extend`` and, greedy, one per ``propose``.
 """
 
@@ -48,36 +48,25 @@ import json
 import os
 from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, NamedTuple
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
 
 from spec_adapters.core.proposal import Base, PointMass, Proposal, Sparse
 from spec_adapters.drafters.base import check_k, sample_draft
-from spec_adapters.drafters.ngram_kernel import greedy_draft, warm_up, witten_bell_rows
+from spec_adapters.selection.ngram_kernel import (
+    NGramTables,
+    context_keys,
+    greedy_draft,
+    warm_up,
+    witten_bell_rows,
+)
 
 if TYPE_CHECKING:
     from spec_adapters.core.sampling import SamplingConfig
 
-__all__ = ["NGramDrafter", "NGramTables", "PromptLookupDrafter", "context_keys"]
-
-
-def context_keys(tokens: np.ndarray, n: int, base: int) -> np.ndarray:
-    """Hash every length-``n`` window ``tokens[i : i + n]`` to a uint64 key.
-
-    ``key = sum_j tokens[i + j] * base ** (n - 1 - j)  (mod 2**64)``: exact (collision free)
-    while ``base ** n < 2**64`` (e.g. ``n <= 4`` for a 50k vocabulary), a multiplicative hash
-    beyond. Returns ``len(tokens) - n + 1`` keys.
-    """
-    t = np.asarray(tokens, dtype=np.uint64)
-    m = len(t) - n + 1
-    key = np.zeros(max(m, 0), dtype=np.uint64)
-    b = np.uint64(base)
-    with np.errstate(over="ignore"):
-        for j in range(n):
-            key = key * b + t[j:j + m]
-    return key
+__all__ = ["NGramDrafter", "PromptLookupDrafter"]
 
 
 def _prune(offsets: np.ndarray, toks: np.ndarray, counts: np.ndarray, keep: int
@@ -102,51 +91,6 @@ def _check_ids(ids: torch.Tensor, vocab_size: int, what: str) -> list[int]:
     if out and (min(out) < 0 or max(out) >= vocab_size):
         raise ValueError(f"{what} has token ids outside [0, {vocab_size})")
     return out
-
-
-class NGramTables(NamedTuple):
-    """Corpus tables, orders concatenated (the layout :func:`witten_bell_rows` reads): order
-    ``n``'s sorted keys are ``keys[key_at[n-1]:key_at[n]]``, context ``i`` is followed by
-    ``toks[lo[i]:hi[i]]`` with ``counts``, ``totals[i]`` their sum; ``widest`` is the longest
-    such row."""
-
-    keys: np.ndarray
-    key_at: np.ndarray
-    lo: np.ndarray
-    hi: np.ndarray
-    toks: np.ndarray
-    counts: np.ndarray
-    totals: np.ndarray
-    widest: int
-
-    @classmethod
-    def of(cls, tables: Sequence[tuple], order: int) -> NGramTables:
-        """From per-order ``(keys, offsets, tokens, counts)`` (CSR; none: no corpus)."""
-        keys, lo, hi, toks, counts, key_at, base = [], [], [], [], [], [0], 0
-        for k, o, t, c in tables:
-            keys.append(k)
-            lo.append(o[:-1] + base)
-            hi.append(o[1:] + base)
-            toks.append(t)
-            counts.append(c)
-            key_at.append(key_at[-1] + k.size)
-            base += t.size
-        key_at += [key_at[-1]] * (order + 1 - len(key_at))
-
-        def cat(parts, dtype):
-            return np.concatenate(parts).astype(dtype) if parts else np.zeros(0, dtype)
-
-        lo, hi, counts = cat(lo, np.int64), cat(hi, np.int64), cat(counts, np.float64)
-        totals = np.add.reduceat(counts, lo) if lo.size else np.zeros(0)
-        return cls(cat(keys, np.uint64), np.array(key_at, np.int64), lo, hi,
-                   cat(toks, np.int64), counts, totals, int((hi - lo).max(initial=0)))
-
-    def order_table(self, n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-        """Order ``n``'s ``(keys, offsets, tokens, counts)`` (CSR, as :meth:`of` takes)."""
-        a, b = self.key_at[n - 1], self.key_at[n]
-        start, end = (self.lo[a], self.hi[b - 1]) if b > a else (0, 0)
-        offsets = np.append(self.lo[a:b], end) - start
-        return self.keys[a:b], offsets, self.toks[start:end], self.counts[start:end]
 
 
 @functools.cache

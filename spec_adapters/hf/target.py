@@ -157,7 +157,7 @@ def compiled_step(net: torch.nn.Module, rows: Sequence[int] = (1, 2, 3, 5),
     row; several rows, the number symbolic; the cache length symbolic) exist before anything
     is timed: compiling the default target takes ~7 minutes on 2 CPU cores with an empty
     inductor cache (seconds with a full one), which must land
-    in no step's measured cost (:class:`~spec_adapters.core.draft_cost.StepCosts`) and no
+    in no step's measured cost (:class:`~spec_adapters.selection.experts.StepCosts`) and no
     query's tokens per second. Inductor fuses the norms, rotary embeddings and activations
     and removes most of the per-layer Python work; the sums are the same up to float32
     rounding (~2e-5 in the default target's logits, like a ``K + 1``-row verification

@@ -19,8 +19,14 @@ One step for one request (the paper's loop, with point-mass drafters)::
     the played drafter drafts k tokens                     ->  the row's draft
     (a sampled share of rounds) every drafter drafts K     ->  the round's counterfactuals
 
-Abstention at load (:mod:`spec_adapters.vllm.abstention`). The step time is learned online as
-``a + b_R rows + b_D drafted`` (:class:`~spec_adapters.vllm.costs.StepTimeModel`); a drafted
+The proposer is an adapter over the selection core (:mod:`spec_adapters.selection`): per
+request a :class:`~spec_adapters.selection.book.RoundBook` opened with every drafter's draft
+and fed the verified tokens, the losses of :func:`~spec_adapters.selection.experts.window_losses`,
+the learner of :func:`~spec_adapters.selection.policies.make_policy`; what is vLLM's own is
+matching rows to requests, timing engine steps, and the feedback budget below.
+
+Abstention at load (:mod:`spec_adapters.selection.abstention`). The step time is learned online
+as ``a + b_R rows + b_D drafted`` (:class:`~spec_adapters.selection.costs.StepTimeModel`); a drafted
 token costs the whole batch ``b_D`` and an accepted one saves it ``tau`` (its seconds per
 token), so the learner's draft is cut to the longest length whose expected accepted tokens
 (the request's counterfactual acceptance, shrunk to the stream's) pay ``b_D`` per drafted
@@ -51,18 +57,18 @@ played drafter drafts.
 Feedback: a deterministic draft's prefix that matches the verified continuation is its exact
 acceptance length under greedy decoding and an unbiased estimate of its expected acceptance
 length at temperature > 0 (``python -m proofs_check --only pointmass``), so every expert's
-loss comes from the tokens alone, through :func:`spec_adapters.core.draft_cost.expert_losses`.
+loss comes from the tokens alone.
 
-State: everything the learner keeps is per request (:class:`RequestState`). The suffix
-drafter's memory (``"suffix": true``, :class:`~spec_adapters.vllm.drafters.SuffixDraft`) is
+State: everything the learner keeps is per request (:class:`RequestState`). The suffix drafter's
+memory (``"suffix": true``, :class:`~spec_adapters.selection.point_drafters.SuffixDraft`) is
 deliberately global: when the proposer frees a finished request's state, the request's tokens
 (prompt + output) are committed to it, so later requests draft from earlier answers. Feedback
 never recomputes a draft: a round records every drafter's draft when it is made, so a commit
 between a round and its feedback changes nothing of it (and commits only happen when a request
-is freed, never within a step's drafting). What is committed is the buffer of the request's
-last step: the tokens of its final verification (at most ``K + 1``) never reach the proposer.
-A request absent for ``idle_steps`` steps (preempted) that comes back gets a new state, and
-its earlier tokens are then both in the memory and in its own buffer (counted twice).
+is freed, never within a step's drafting). What is committed is the buffer of the request's last
+step: the tokens of its final verification (at most ``K + 1``) never reach the proposer. A
+request absent for ``idle_steps`` steps (preempted) that comes back gets a new state, and its
+earlier tokens are then both in the memory and in its own buffer (counted twice).
 """
 
 from __future__ import annotations
@@ -70,19 +76,25 @@ from __future__ import annotations
 import json
 import logging
 import time
-from collections import deque
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from onlinelearn.normalhedge import NormalHedge
-from spec_adapters.core.draft_cost import acceptance_lengths, expert_losses, expert_of, n_experts
-from spec_adapters.core.policies import make_policy
+from spec_adapters.selection.abstention import AcceptanceBook, expected_gains, paying_k
+from spec_adapters.selection.book import RoundBook
+from spec_adapters.selection.costs import StepTimeModel
+from spec_adapters.selection.experts import (
+    acceptance_lengths,
+    expert_of,
+    n_experts,
+    window_losses,
+)
+from spec_adapters.selection.point_drafters import PromptLookup, SuffixDraft
+from spec_adapters.selection.policies import make_policy
 from spec_adapters.vllm import sampling_fix
-from spec_adapters.vllm.abstention import AcceptanceBook, expected_gains, paying_k
 from spec_adapters.vllm.config import ENV_VAR, ProposerConfig, load_config
-from spec_adapters.vllm.costs import StepTimeModel
-from spec_adapters.vllm.drafters import PromptLookup, SuffixDraft, load_pool_folder
+from spec_adapters.vllm.drafters import load_pool_folder
 from spec_adapters.vllm.target_pool import pool_folder
 from spec_adapters.vllm.telemetry import ProposerStats
 
@@ -95,24 +107,12 @@ IDLE_GAP_S = 5.0       # a gap between propose calls this long is an idle engine
 
 
 @dataclass
-class Round:
-    """One step of one request: its id in the policy, where its drafts start, every drafter's
-    K-token draft (``-1`` where a drafter had nothing), the expert played, its step costs."""
-
-    round_id: int
-    start: int
-    drafts: np.ndarray   # (N, K) int64
-    arm: int
-    costs: np.ndarray    # (K + 1,) the request's share of the step for k = 0 .. K
-
-
-@dataclass
 class RequestState:
     """Everything HedgeSpec keeps for one request; owned by that request alone.
 
-    Size: the policy over ``N (K + 1)`` experts, at most ``K`` pending rounds of ``N K``
-    tokens, and ``HEAD + TAIL`` tokens of identity, whatever the request's length; with the
-    suffix drafter, also the request's tokens (``history``, the buffer of its last step, 8
+    Size: the policy over ``N (K + 1)`` experts, a round book of at most ``K`` open rounds
+    of ``N K`` tokens, and ``HEAD + TAIL`` tokens of identity, whatever the request's length;
+    with the suffix drafter, also the request's tokens (``history``, the buffer of its last step, 8
     bytes a token), committed to the suffix memory when the state is freed.
     """
 
@@ -120,11 +120,11 @@ class RequestState:
     head: np.ndarray
     policy: object
     rng: np.random.Generator
-    book: AcceptanceBook
+    book: RoundBook
+    acceptance: AcceptanceBook
     n_tokens: int = 0
     tail: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
     draft: list[int] = field(default_factory=list)
-    pending: deque = field(default_factory=deque)
     idle: int = 0
     history: np.ndarray | None = None
 
@@ -309,9 +309,12 @@ class HedgeSpecProposer:
             if st.uid not in claimed and st.extends(buf, sampled):
                 return st
         uid, self._next_uid = self._next_uid, self._next_uid + 1
+        n = len(self.drafters)
+        book = RoundBook(n, self.K, corrected=False)  # point masses: rho = gamma
+        book.reset(len(buf))
         st = RequestState(uid, buf[:HEAD].copy(), make_policy(self._prior(), self.n_experts),
-                          np.random.default_rng([self.config.seed, uid]),
-                          AcceptanceBook(len(self.drafters), self.K))
+                          np.random.default_rng([self.config.seed, uid]), book,
+                          AcceptanceBook(n, self.K))
         self.states[uid] = st
         return st
 
@@ -340,20 +343,19 @@ class HedgeSpecProposer:
     def _feed(self, st: RequestState, buf: np.ndarray) -> None:
         """Score every round whose K verified tokens are in ``buf`` and update the learner."""
         K = self.K
-        while st.pending and st.pending[0].start + K <= len(buf):
-            rd = st.pending.popleft()
+        st.book.record(buf[st.book.end:])
+        loss = "time" if self.config.cost_aware else "eal"
+        for w in st.book.pop_completed():
             start = time.perf_counter()
-            verified = buf[rd.start:rd.start + K]
-            gamma = (rd.drafts == verified[None, :]).astype(np.float64)  # point masses
-            lengths = (rd.drafts >= 0).sum(axis=1)
-            losses = self._losses(gamma, rd.costs, self.tau, lengths)
+            arm, costs = w.data
+            losses = window_losses(w, loss, False, costs, self.tau)
             if not st.policy.full_information:  # a bandit: its own draft's loss alone
-                st.policy.feed(rd.round_id, float(losses[rd.arm]))
+                st.policy.feed(w.round_id, float(losses[arm]))
                 continue
-            st.policy.feed(rd.round_id, losses)
-            accepted = acceptance_lengths(gamma, validate=False) - 1.0
-            drafted = np.minimum(np.arange(K + 1)[None, :], lengths[:, None])
-            st.book.add(accepted, drafted)
+            st.policy.feed(w.round_id, losses)
+            accepted = acceptance_lengths(w.gamma, validate=False) - 1.0
+            drafted = np.minimum(np.arange(K + 1)[None, :], w.lengths[:, None])
+            st.acceptance.add(accepted, drafted)
             self.stream_book.add(accepted, drafted)
             self.stats.evaluated_round(accepted[:, K])
             if self.stream is not None:
@@ -362,20 +364,10 @@ class HedgeSpecProposer:
             self.scoring_s = _ema(self.scoring_s, spent)
             self.stats.evaluation_s += spent
 
-    def _losses(self, gamma: np.ndarray, costs: np.ndarray, tau: float | None,
-                lengths: np.ndarray) -> np.ndarray:
-        """Every expert's loss; expert ``(i, k)`` pays for the tokens drafter ``i`` would have
-        drafted, ``min(k, lengths[i])`` (an abstaining drafter drafts fewer, or none)."""
-        if not self.config.cost_aware:
-            mat = expert_losses(gamma, loss="mat").reshape(len(gamma), self.K + 1)
-            return mat[:, self.K]
-        drafted = np.minimum(np.arange(self.K + 1)[None, :], lengths[:, None])
-        return expert_losses(gamma, costs=costs[drafted], loss="time", tau=tau)
-
     def _draft(self, st: RequestState, buf: np.ndarray, costs: np.ndarray, draft_s: float,
                evaluate: float) -> tuple[int | None, list[int]]:
         """``(drafter, draft)``: the played expert's drafter and draft, cut to the length that
-        pays at this load (:mod:`spec_adapters.vllm.abstention`; empty: it abstains). With
+        pays at this load (:mod:`spec_adapters.selection.abstention`; empty: it abstains). With
         probability ``evaluate`` (full-information policies; times ``probe`` where no expert
         of the request pays) every drafter's draft is made too, kept as the round's
         counterfactuals, else the round is censored; a request that abstains and is not scored
@@ -406,7 +398,7 @@ class HedgeSpecProposer:
                 self.stats.evaluation_s += spent
                 self.rounds["evaluated"] += 1
             if full or not st.policy.full_information:
-                st.pending.append(Round(round_id, n, drafts, arm, costs))
+                st.book.open(round_id, n, drafts, data=(arm, costs))
             else:
                 st.policy.censor(round_id)
             chosen = drafts[i, :k]
@@ -424,7 +416,7 @@ class HedgeSpecProposer:
         known yet (no step timed, no round scored)."""
         if not (self.config.cost_aware and st.policy.full_information) or self.tau is None:
             return None
-        est = st.book.estimate(self.stream_book, self.config.prior_rounds)
+        est = st.acceptance.estimate(self.stream_book, self.config.prior_rounds)
         return None if est is None else expected_gains(*est, self.tau, draft_s)
 
     def _write_trace(self, st: RequestState, drafter: int | None, k: int, evaluated: bool,

@@ -11,14 +11,14 @@ from onlinelearn.bandits import UCB1, Exp3
 from onlinelearn.delayed import BOLD, QPMD, OnArrival
 from onlinelearn.hedge import Hedge
 from onlinelearn.normalhedge import NormalHedge
-from spec_adapters.core.policies import (
+from spec_adapters.decoding.chain import HedgeSpecDecoder
+from spec_adapters.selection.policies import (
     FixedPolicy,
     bandit_loss,
     block_loss,
     feedback_of,
     make_policy,
 )
-from spec_adapters.decoding.chain import HedgeSpecDecoder
 from tests.spec_adapters.single_helpers import pool
 
 

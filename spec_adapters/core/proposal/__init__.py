@@ -24,7 +24,8 @@ sparse mixture, found among its support and the base's top token off the support
 tensor); temperature keeps a sparse mixture sparse in closed form (``q^{1/T}`` normalised, with
 the base tempered once and cached); top-k / top-p on a sparse mixture fall back to dense.
 Model-free drafters build their sparse rows in numpy (:meth:`Sparse.from_arrays`) with the
-argmax already found by the compiled :func:`sparse_argmax` (the rule of :meth:`Sparse.argmax`),
+argmax already found by the compiled
+:func:`~spec_adapters.selection.ngram_kernel.sparse_argmax` (the rule of :meth:`Sparse.argmax`),
 so greedy decoding turns them into point masses without building a tensor.
 :func:`draw` samples one row. :func:`check_distribution` validates dense probabilities.
 
@@ -44,8 +45,8 @@ from spec_adapters.core.proposal.operations import (
 )
 from spec_adapters.core.proposal.point import PointMass
 from spec_adapters.core.proposal.rows import Proposal, Rows, check_distribution
-from spec_adapters.core.proposal.sparse import Base, Sparse, sparse_argmax
+from spec_adapters.core.proposal.sparse import Base, Sparse
 
 __all__ = ["Base", "Dense", "PointMass", "Proposal", "Rows", "Sparse", "as_rows", "cat_rows",
-           "check_distribution", "draw", "sparse_argmax", "stack_rows", "target_and_draft",
+           "check_distribution", "draw", "stack_rows", "target_and_draft",
            "warp"]

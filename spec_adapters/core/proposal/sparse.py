@@ -1,5 +1,6 @@
 """The sparse form: ``v_j`` on a small support, ``lam_j b`` off it (n-gram mixtures), its
-:class:`Base` and the compiled :func:`sparse_argmax`."""
+:class:`Base`; its argmax compiled is
+:func:`spec_adapters.selection.ngram_kernel.sparse_argmax`."""
 
 from __future__ import annotations
 
@@ -8,11 +9,10 @@ from functools import cached_property
 
 import numpy as np
 import torch
-from numba import njit
 
 from spec_adapters.core.proposal.rows import Rows, _gather, _lead, _pad
 
-__all__ = ["Base", "Sparse", "sparse_argmax"]
+__all__ = ["Base", "Sparse"]
 
 
 class Base:
@@ -88,7 +88,8 @@ class Sparse(Rows):
                     top: np.ndarray, base: Base) -> Sparse:
         """``m`` rows of one drafter from numpy arrays: ``support`` ``(m, S)`` int64 (sorted,
         ``-1`` padding), ``values`` ``(m, S)`` float64, ``lam`` ``(m,)`` float64 and their
-        argmax ``top`` ``(m,)`` by :func:`sparse_argmax` (the producer computes it).
+        argmax ``top`` ``(m,)`` by
+        :func:`~spec_adapters.selection.ngram_kernel.sparse_argmax` (the producer computes it).
 
         The tensors (in the base's dtype, float32) are built only when first read: greedy
         decoding reads nothing but the argmax, so a model-free drafter's round builds no other
@@ -249,23 +250,3 @@ class Sparse(Rows):
                      self.base.to(device))
         out._top = None if self._top is None else self._top.to(device)
         return out
-
-
-@njit(cache=True)
-def sparse_argmax(tokens: np.ndarray, values: np.ndarray, lam: float, base: np.ndarray,
-                  top: int) -> int:
-    """:meth:`Sparse.argmax` of one row in compiled code (numba), on the values as a float32
-    tensor holds them: the best support token (``tokens`` increasing, so a tie keeps the
-    lowest id) against the float32 ``base``'s top token ``top`` weighted by ``lam``; -1 for
-    the zero row (no tokens, ``lam = 0``)."""
-    best_t, best_v = -1, np.float32(-1.0)
-    for s in range(tokens.size):
-        v = np.float32(values[s])
-        if v > best_v:
-            best_t, best_v = tokens[s], v
-    off = np.float32(lam) * base[top]  # float32 times float32, as the tensors compute it
-    if off > best_v or (off == best_v and top < best_t):
-        best_t = top
-    if lam == 0.0 and tokens.size == 0:
-        return -1
-    return best_t

@@ -12,6 +12,7 @@ from scipy import stats
 
 from spec_adapters.core.acceptance import acceptance_probability
 from spec_adapters.core.estimators import realized_ratio
+from spec_adapters.core.position_stats import position_stats
 from spec_adapters.core.proposal import (
     Base,
     Dense,
@@ -19,11 +20,9 @@ from spec_adapters.core.proposal import (
     Sparse,
     cat_rows,
     draw,
-    sparse_argmax,
     stack_rows,
     warp,
 )
-from spec_adapters.core.rounds import greedy_stats, position_stats
 from spec_adapters.core.sampling import (
     SamplingConfig,
     speculative_accept,
@@ -33,6 +32,8 @@ from spec_adapters.decoding.chain import ChainScheme, HedgeSpecDecoder
 from spec_adapters.decoding.loop import Query
 from spec_adapters.drafters import HFDrafter, NGramDrafter, PromptLookupDrafter
 from spec_adapters.hf.target import TargetModel
+from spec_adapters.selection.book import greedy_stats
+from spec_adapters.selection.ngram_kernel import sparse_argmax
 from tests.spec_adapters.single_helpers import chi2_pvalue, exact_continuations, pool
 
 torch.set_num_threads(1)
@@ -368,7 +369,7 @@ def test_a_round_with_no_draft_is_a_plain_target_step():
     scheme.start(prompt)
     query = Query(seq=prompt.tolist(), prompt_len=4, limit=20, eos=frozenset(),
                   sampling=SamplingConfig(0.0), gen=torch.Generator().manual_seed(0),
-                  rng=np.random.default_rng(0), table=None)
+                  rng=np.random.default_rng(0), book=None)
     draft = scheme.draft(0, query, 3)
     assert draft.tokens.shape == (0,)
     verdict = scheme.verify(draft, query)

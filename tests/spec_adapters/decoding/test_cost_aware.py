@@ -6,9 +6,10 @@ import numpy as np
 import pytest
 import torch
 
-from spec_adapters.core.draft_cost import StepCosts, expert_losses
 from spec_adapters.decoding.chain import HedgeSpecDecoder
 from spec_adapters.drafters.ngram import PromptLookupDrafter
+from spec_adapters.selection.costs import StepCosts
+from spec_adapters.selection.experts import expert_losses
 from tests.spec_adapters.single_helpers import UnigramDrafter, pool
 
 V, K = 96, 3

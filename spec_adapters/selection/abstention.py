@@ -2,9 +2,9 @@
 
 A request's learner plays an expert ``(i, k)``: drafter ``i``, ``k`` tokens. Whether those
 ``k`` tokens pay depends on the load: in a step of ``B`` requests each drafted token adds
-``b_D`` seconds to the *whole* step (:class:`spec_adapters.vllm.costs.StepTimeModel`), and an
+``b_D`` seconds to the *whole* step (:class:`spec_adapters.selection.costs.StepTimeModel`), and an
 accepted token saves the batch ``tau`` seconds (its time per generated token). Under the
-Dinkelbach linearisation of :mod:`spec_adapters.vllm.costs` drafting ``k`` tokens with drafter
+Dinkelbach linearisation of :mod:`spec_adapters.selection.costs` drafting ``k`` tokens with drafter
 ``i`` beats not drafting iff
 
 .. math:: \\text{gain}_i(k) = \\tau\\, \\hat A_i(k) - b_D\\, \\hat D_i(k) > 0,

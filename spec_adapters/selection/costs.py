@@ -1,10 +1,18 @@
-"""The engine's step time as a function of its rows and drafted tokens, measured online.
+"""What a round costs, in seconds, measured online: the ``c_i(k)`` of the time loss
+(:mod:`spec_adapters.selection.experts`). Two estimators, for the two shapes of engine.
 
-In vLLM one engine step runs every scheduled request at once, so what a draft of ``k`` tokens
-costs a request is the time its ``k`` tokens add to the step, not a per-request forward. The
-proposer sees one step per ``propose`` call: the time between two calls is one step (schedule,
-forward, rejection sampling, proposing), and it knows what that step scheduled: ``R`` rows
-(one per running request, each verifying its bonus position) and ``D`` drafted tokens (the
+One request at a time (the transformers loop, the llama.cpp engine): :class:`StepCosts`
+times each part of a round, ``c_i(k) = T(k + 1) + D_i(k) + O``, with ``T(n)`` the target's
+forward verifying ``n`` tokens, ``D_i(k)`` drafter ``i``'s drafting of ``k`` tokens and ``O``
+the rest of a round (selection, evaluation, update), each an exponential moving average.
+
+A batch of requests (vLLM): the proposer cannot time its rows' forwards apart, only the whole
+engine step, so :class:`StepTimeModel` learns the step time as a function of its rows and
+drafted tokens. In vLLM one engine step runs every scheduled request at once, so what a draft of
+``k`` tokens costs a request is the time its ``k`` tokens add to the step, not a per-request
+forward. The proposer sees one step per ``propose`` call: the time between two calls is one step
+(schedule, forward, rejection sampling, proposing), and it knows what that step scheduled: ``R``
+rows (one per running request, each verifying its bonus position) and ``D`` drafted tokens (the
 rows' previous drafts). Steps that prefill a prompt (a new request, or a chunk of one) are left
 out of the fit: a prompt's tokens cost far less each than decode rows, and counting them
 flattened the fitted slope (measured at 16 concurrent requests: 1.5 ms per token with them,
@@ -54,10 +62,117 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["StepTimeModel"]
+__all__ = ["StepCosts", "StepTimeModel"]
 
 RIDGE = 1e-9  # weight of the pull of b_R, b_D towards 0, per unit of total weight
 SAME = 1.0    # weight of the pull of b_D towards b_R: one step's
+
+
+class StepCosts:
+    """Online measurements of what a round costs, in seconds.
+
+    Each quantity is an exponential moving average (weight ``alpha`` on the newest sample),
+    so it follows slow drifts (thermal, other load) and forgets the first, cold calls.
+
+    Parameters
+    ----------
+    n_drafters : int
+    max_k : int
+        ``K``: the target is measured for ``1 .. K + 1`` verified tokens.
+    alpha : float, default 0.2
+
+    Notes
+    -----
+    An unmeasured ``T(n)`` is interpolated linearly between measured lengths and extrapolated
+    with the nearest measured value; with nothing measured all costs are 0, and
+    :func:`expert_losses` then falls back to the acceptance-only loss. An unmeasured drafter
+    costs the mean per-token time of the measured ones (0 if none).
+    """
+
+    def __init__(self, n_drafters: int, max_k: int, alpha: float = 0.2) -> None:
+        if isinstance(n_drafters, bool) or int(n_drafters) != n_drafters or n_drafters < 1:
+            raise ValueError(f"n_drafters must be an integer >= 1, got {n_drafters!r}")
+        if isinstance(max_k, bool) or int(max_k) != max_k or max_k < 1:
+            raise ValueError(f"max_k must be an integer >= 1, got {max_k!r}")
+        if not 0.0 < float(alpha) <= 1.0:
+            raise ValueError(f"alpha must be in (0, 1], got {alpha!r}")
+        self.n, self.k, self.alpha = int(n_drafters), int(max_k), float(alpha)
+        self.target = np.full(self.k + 1, np.nan)     # T(n) at index n - 1
+        self.per_token = np.full(self.n, np.nan)      # D_i(k) / k
+        self.overhead = np.nan                        # O
+        self.seconds, self.tokens = 0.0, 0            # every round so far, for tau
+
+    @staticmethod
+    def _check_seconds(seconds: float) -> float:
+        s = float(seconds)
+        if not np.isfinite(s) or s < 0:
+            raise ValueError(f"seconds must be finite and >= 0, got {seconds!r}")
+        return s
+
+    def _ema(self, old: float, new: float) -> float:
+        return new if np.isnan(old) else (1 - self.alpha) * old + self.alpha * new
+
+    def observe_target(self, n_tokens: int, seconds: float) -> StepCosts:
+        """One target forward that verified ``n_tokens`` (= k + 1) took ``seconds``."""
+        if not 1 <= int(n_tokens) <= self.k + 1 or int(n_tokens) != n_tokens:
+            raise ValueError(f"n_tokens must be in 1..{self.k + 1}, got {n_tokens!r}")
+        j = int(n_tokens) - 1
+        self.target[j] = self._ema(self.target[j], self._check_seconds(seconds))
+        return self
+
+    def observe_draft(self, drafter: int, k: int, seconds: float) -> StepCosts:
+        """Drafter ``drafter`` proposed ``k >= 1`` tokens in ``seconds``."""
+        if not 0 <= int(drafter) < self.n or int(drafter) != drafter:
+            raise ValueError(f"drafter must be in 0..{self.n - 1}, got {drafter!r}")
+        if not 1 <= int(k) <= self.k or int(k) != k:
+            raise ValueError(f"k must be in 1..{self.k}, got {k!r}")
+        s = self._check_seconds(seconds) / int(k)
+        self.per_token[int(drafter)] = self._ema(self.per_token[int(drafter)], s)
+        return self
+
+    def observe_overhead(self, seconds: float) -> StepCosts:
+        """The rest of one round (select + evaluate + update) took ``seconds``."""
+        self.overhead = self._ema(self.overhead, self._check_seconds(seconds))
+        return self
+
+    def observe_round(self, seconds: float, tokens: int) -> StepCosts:
+        """A whole round took ``seconds`` and produced ``tokens`` (for :attr:`time_per_token`)."""
+        s = self._check_seconds(seconds)
+        if isinstance(tokens, bool) or int(tokens) != tokens or tokens < 0:
+            raise ValueError(f"tokens must be an integer >= 0, got {tokens!r}")
+        self.seconds += s
+        self.tokens += int(tokens)
+        return self
+
+    @property
+    def time_per_token(self) -> float | None:
+        """Seconds per generated token over every observed round (``tau_hat`` of the loss);
+        ``None`` before the first token."""
+        return self.seconds / self.tokens if self.tokens else None
+
+    def target_curve(self) -> np.ndarray:
+        """``T(n)`` for ``n = 1 .. K + 1`` (interpolated where unmeasured; 0 if none is)."""
+        known = ~np.isnan(self.target)
+        if not known.any():
+            return np.zeros(self.k + 1)
+        n = np.arange(1, self.k + 2)
+        return np.interp(n, n[known], self.target[known])
+
+    def round_costs(self) -> np.ndarray:
+        """``c[i, k] = T(k + 1) + D_i(k) + O``, shape ``(N, K + 1)``."""
+        per = self.per_token.copy()
+        unknown = np.isnan(per)
+        per[unknown] = 0.0 if unknown.all() else per[~unknown].mean()
+        overhead = 0.0 if np.isnan(self.overhead) else self.overhead
+        return self.target_curve()[None, :] + np.outer(per, np.arange(self.k + 1)) + overhead
+
+    def state_dict(self) -> dict:
+        """JSON-serialisable measurements (NaN = not measured is stored as None)."""
+        def enc(a):
+            return [None if np.isnan(x) else float(x) for x in np.atleast_1d(a)]
+        return {"n": self.n, "k": self.k, "alpha": self.alpha, "target": enc(self.target),
+                "per_token": enc(self.per_token), "overhead": enc(self.overhead)[0],
+                "seconds": self.seconds, "tokens": self.tokens}
 
 
 class StepTimeModel:

@@ -3,8 +3,8 @@
 import numpy as np
 import pytest
 
-from spec_adapters.core.draft_cost import (
-    StepCosts,
+from spec_adapters.selection.costs import StepCosts
+from spec_adapters.selection.experts import (
     acceptance_lengths,
     expert_losses,
     expert_of,

@@ -1,4 +1,12 @@
-"""Cost-aware drafting: the experts are (drafter, k) pairs, k = 0 .. K drafted tokens.
+"""The learner's experts and their losses from a round window (numpy only).
+
+Without cost awareness the experts are the drafters, and a window's loss per drafter is the
+paper's (Theorem 3): EAL ``(K + 1 - AL_hat) / (K + 1)``, with the corrected estimator
+``AL = 1 + sum_k (prod_{j<k} rho_j) gamma_k`` when sampling (unbiased), the paper's
+``AL = 1 + sum_k prod_{j<=k} gamma_j`` when greedy (then ``rho = gamma`` and the two forms
+coincide), or TAP ``1 - mean_j gamma_j``; :func:`window_losses`.
+
+Cost-aware drafting: the experts are (drafter, k) pairs, k = 0 .. K drafted tokens.
 
 The paper's learner picks a drafter and always drafts ``K`` tokens; its loss is the expected
 acceptance length alone. On hardware where verifying ``k + 1`` tokens costs more than one plain
@@ -11,7 +19,8 @@ acceptance length, by truncating the estimator of Theorem 3 at ``k`` (no extra t
           w_{ij} = \\prod_{l<j} \\rho_{il} \\;\\text{(corrected)} \\;\\text{or}\\;
           \\prod_{l<j} \\gamma_{il} \\;\\text{(paper)},
 
-and :class:`StepCosts` gives its cost in seconds, measured online in this process:
+and :class:`~spec_adapters.selection.costs.StepCosts` gives its cost in seconds, measured
+online in this process:
 
 .. math:: c_i(k) = T(k + 1) + D_i(k) + O,
 
@@ -34,17 +43,20 @@ gives (Hedge's bound over ``N (K + 1)`` experts, in units of the scale) and what
 ``"mat"`` keeps the paper's acceptance-only loss ``(K + 1 - AL_i(k)) / (K + 1)``, for which
 ``k = K`` always wins.
 
-numpy only; used by the transformers decoders and usable by any other loop.
+Every engine's loop feeds its learner through :func:`window_losses`.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["LENGTH_LOSSES", "StepCosts", "acceptance_lengths", "expert_losses",
-           "expert_of", "n_experts"]
+from spec_adapters.selection.book import Window
 
-LENGTH_LOSSES = ("time", "mat")
+__all__ = ["LENGTH_LOSSES", "LOSSES", "acceptance_lengths", "expert_losses", "expert_of",
+           "n_experts", "window_losses"]
+
+LOSSES = ("eal", "tap")  # per drafter (the paper's)
+LENGTH_LOSSES = ("time", "mat")  # per (drafter, k)
 
 
 def n_experts(n_drafters: int, max_k: int) -> int:
@@ -103,113 +115,6 @@ def acceptance_lengths(gamma, rho=None, validate: bool = True) -> np.ndarray:
     return al
 
 
-class StepCosts:
-    """Online measurements of what a round costs, in seconds.
-
-    Each quantity is an exponential moving average (weight ``alpha`` on the newest sample),
-    so it follows slow drifts (thermal, other load) and forgets the first, cold calls.
-
-    Parameters
-    ----------
-    n_drafters : int
-    max_k : int
-        ``K``: the target is measured for ``1 .. K + 1`` verified tokens.
-    alpha : float, default 0.2
-
-    Notes
-    -----
-    An unmeasured ``T(n)`` is interpolated linearly between measured lengths and extrapolated
-    with the nearest measured value; with nothing measured all costs are 0, and
-    :func:`expert_losses` then falls back to the acceptance-only loss. An unmeasured drafter
-    costs the mean per-token time of the measured ones (0 if none).
-    """
-
-    def __init__(self, n_drafters: int, max_k: int, alpha: float = 0.2) -> None:
-        if isinstance(n_drafters, bool) or int(n_drafters) != n_drafters or n_drafters < 1:
-            raise ValueError(f"n_drafters must be an integer >= 1, got {n_drafters!r}")
-        if isinstance(max_k, bool) or int(max_k) != max_k or max_k < 1:
-            raise ValueError(f"max_k must be an integer >= 1, got {max_k!r}")
-        if not 0.0 < float(alpha) <= 1.0:
-            raise ValueError(f"alpha must be in (0, 1], got {alpha!r}")
-        self.n, self.k, self.alpha = int(n_drafters), int(max_k), float(alpha)
-        self.target = np.full(self.k + 1, np.nan)     # T(n) at index n - 1
-        self.per_token = np.full(self.n, np.nan)      # D_i(k) / k
-        self.overhead = np.nan                        # O
-        self.seconds, self.tokens = 0.0, 0            # every round so far, for tau
-
-    @staticmethod
-    def _check_seconds(seconds: float) -> float:
-        s = float(seconds)
-        if not np.isfinite(s) or s < 0:
-            raise ValueError(f"seconds must be finite and >= 0, got {seconds!r}")
-        return s
-
-    def _ema(self, old: float, new: float) -> float:
-        return new if np.isnan(old) else (1 - self.alpha) * old + self.alpha * new
-
-    def observe_target(self, n_tokens: int, seconds: float) -> StepCosts:
-        """One target forward that verified ``n_tokens`` (= k + 1) took ``seconds``."""
-        if not 1 <= int(n_tokens) <= self.k + 1 or int(n_tokens) != n_tokens:
-            raise ValueError(f"n_tokens must be in 1..{self.k + 1}, got {n_tokens!r}")
-        j = int(n_tokens) - 1
-        self.target[j] = self._ema(self.target[j], self._check_seconds(seconds))
-        return self
-
-    def observe_draft(self, drafter: int, k: int, seconds: float) -> StepCosts:
-        """Drafter ``drafter`` proposed ``k >= 1`` tokens in ``seconds``."""
-        if not 0 <= int(drafter) < self.n or int(drafter) != drafter:
-            raise ValueError(f"drafter must be in 0..{self.n - 1}, got {drafter!r}")
-        if not 1 <= int(k) <= self.k or int(k) != k:
-            raise ValueError(f"k must be in 1..{self.k}, got {k!r}")
-        s = self._check_seconds(seconds) / int(k)
-        self.per_token[int(drafter)] = self._ema(self.per_token[int(drafter)], s)
-        return self
-
-    def observe_overhead(self, seconds: float) -> StepCosts:
-        """The rest of one round (select + evaluate + update) took ``seconds``."""
-        self.overhead = self._ema(self.overhead, self._check_seconds(seconds))
-        return self
-
-    def observe_round(self, seconds: float, tokens: int) -> StepCosts:
-        """A whole round took ``seconds`` and produced ``tokens`` (for :attr:`time_per_token`)."""
-        s = self._check_seconds(seconds)
-        if isinstance(tokens, bool) or int(tokens) != tokens or tokens < 0:
-            raise ValueError(f"tokens must be an integer >= 0, got {tokens!r}")
-        self.seconds += s
-        self.tokens += int(tokens)
-        return self
-
-    @property
-    def time_per_token(self) -> float | None:
-        """Seconds per generated token over every observed round (``tau_hat`` of the loss);
-        ``None`` before the first token."""
-        return self.seconds / self.tokens if self.tokens else None
-
-    def target_curve(self) -> np.ndarray:
-        """``T(n)`` for ``n = 1 .. K + 1`` (interpolated where unmeasured; 0 if none is)."""
-        known = ~np.isnan(self.target)
-        if not known.any():
-            return np.zeros(self.k + 1)
-        n = np.arange(1, self.k + 2)
-        return np.interp(n, n[known], self.target[known])
-
-    def round_costs(self) -> np.ndarray:
-        """``c[i, k] = T(k + 1) + D_i(k) + O``, shape ``(N, K + 1)``."""
-        per = self.per_token.copy()
-        unknown = np.isnan(per)
-        per[unknown] = 0.0 if unknown.all() else per[~unknown].mean()
-        overhead = 0.0 if np.isnan(self.overhead) else self.overhead
-        return self.target_curve()[None, :] + np.outer(per, np.arange(self.k + 1)) + overhead
-
-    def state_dict(self) -> dict:
-        """JSON-serialisable measurements (NaN = not measured is stored as None)."""
-        def enc(a):
-            return [None if np.isnan(x) else float(x) for x in np.atleast_1d(a)]
-        return {"n": self.n, "k": self.k, "alpha": self.alpha, "target": enc(self.target),
-                "per_token": enc(self.per_token), "overhead": enc(self.overhead)[0],
-                "seconds": self.seconds, "tokens": self.tokens}
-
-
 def expert_losses(gamma, rho=None, costs: np.ndarray | None = None, loss: str = "time",
                   tau: float | None = None, validate: bool = True) -> np.ndarray:
     """Loss in [0, 1] of every (drafter, k) expert for one round window, flattened.
@@ -219,7 +124,8 @@ def expert_losses(gamma, rho=None, costs: np.ndarray | None = None, loss: str = 
     gamma, rho : array_like
         ``(N, K)``; see :func:`acceptance_lengths`.
     costs : numpy.ndarray, optional
-        ``(N, K + 1)`` round costs ``c_i(k)`` (:meth:`StepCosts.round_costs`); required for
+        ``(N, K + 1)`` round costs ``c_i(k)``
+        (:meth:`~spec_adapters.selection.costs.StepCosts.round_costs`); required for
         ``loss="time"``.
     loss : {"time", "mat"}
         ``"time"``: the scaled, linearised time per token of the module docstring;
@@ -229,7 +135,7 @@ def expert_losses(gamma, rho=None, costs: np.ndarray | None = None, loss: str = 
         step's cost ``min_i c_i(0)``.
     validate : bool, default True
         Check ``gamma``, ``rho`` and ``costs`` (``False``: they were checked where produced,
-        as the decoders' round tables and :class:`StepCosts` do).
+        as the round book and the step-cost models do).
 
     Returns
     -------
@@ -263,3 +169,42 @@ def expert_losses(gamma, rho=None, costs: np.ndarray | None = None, loss: str = 
     if scale <= 0:  # nothing measured yet: acceptance is all there is to go on
         return np.clip(mat, 0.0, 1.0).reshape(-1)
     return np.clip((c - t * al + t * (K + 1)) / scale, 0.0, 1.0).reshape(-1)
+
+
+def window_losses(window: Window, loss: str, corrected: bool, costs: np.ndarray | None = None,
+                  tau: float | None = None) -> np.ndarray:
+    """The learner's loss vector for one completed round window.
+
+    Parameters
+    ----------
+    window : Window
+        From :meth:`spec_adapters.selection.book.RoundBook.pop_completed`.
+    loss : {"eal", "tap", "time"}
+        ``"eal"`` / ``"tap"``: one loss per drafter (module docstring); ``"time"``: one per
+        ``(drafter, k)`` expert (:func:`expert_losses`), expert ``(i, k)`` paying for the
+        ``min(k, lengths_i)`` tokens drafter ``i`` would have drafted.
+    corrected : bool
+        Use ``rho`` (the corrected, unbiased estimator; sampling) rather than the paper's
+        product of gammas (greedy, point masses: the same).
+    costs : numpy.ndarray, optional
+        ``"time"`` only: the round's cost of drafting ``k = 0 .. K`` tokens, ``(K + 1,)`` (the
+        same for every drafter) or ``(N, K + 1)``.
+    tau : float, optional
+        ``"time"`` only: seconds per generated token to linearise around (default: the plain
+        step's cost).
+    """
+    g = window.gamma
+    r = window.rho if corrected else None
+    K = g.shape[1]
+    if loss == "time":
+        c = np.broadcast_to(np.asarray(costs, dtype=np.float64), (g.shape[0], K + 1))
+        drafted = np.minimum(np.arange(K + 1)[None, :], window.lengths[:, None])
+        return expert_losses(g, r, np.take_along_axis(c, drafted, 1), "time", tau=tau,
+                             validate=False)
+    if loss == "tap":
+        values = 1.0 - g.mean(axis=1)
+    elif loss == "eal":
+        values = (K + 1 - acceptance_lengths(g, r, validate=False)[:, K]) / (K + 1)
+    else:
+        raise ValueError(f"unknown loss {loss!r}; expected one of {(*LOSSES, 'time')}")
+    return np.clip(values, 0.0, 1.0)

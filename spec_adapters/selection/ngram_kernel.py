@@ -10,18 +10,102 @@ after a target forward has flushed the caches; compiled, a whole round of a draf
 call (vLLM's own n-gram proposer is numba-compiled for the same reason).
 
 :func:`witten_bell_rows` is the model of :mod:`spec_adapters.drafters.ngram` (its docstring
-has the recursion); each row's argmax is :func:`spec_adapters.core.proposal.sparse_argmax`,
+has the recursion); each row's argmax is :func:`sparse_argmax`,
 :meth:`~spec_adapters.core.proposal.Sparse.argmax` on the values as the tensors hold them.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from typing import NamedTuple
+
 import numpy as np
 from numba import njit
 
-from spec_adapters.core.proposal import sparse_argmax
+__all__ = ["NGramTables", "context_keys", "greedy_draft", "longest_match_draft", "sparse_argmax",
+           "warm_up", "witten_bell_rows"]
 
-__all__ = ["greedy_draft", "longest_match_draft", "warm_up", "witten_bell_rows"]
+
+def context_keys(tokens: np.ndarray, n: int, base: int) -> np.ndarray:
+    """Hash every length-``n`` window ``tokens[i : i + n]`` to a uint64 key.
+
+    ``key = sum_j tokens[i + j] * base ** (n - 1 - j)  (mod 2**64)``: exact (collision free)
+    while ``base ** n < 2**64`` (e.g. ``n <= 4`` for a 50k vocabulary), a multiplicative hash
+    beyond. Returns ``len(tokens) - n + 1`` keys.
+    """
+    t = np.asarray(tokens, dtype=np.uint64)
+    m = len(t) - n + 1
+    key = np.zeros(max(m, 0), dtype=np.uint64)
+    b = np.uint64(base)
+    with np.errstate(over="ignore"):
+        for j in range(n):
+            key = key * b + t[j:j + m]
+    return key
+
+
+class NGramTables(NamedTuple):
+    """Corpus tables, orders concatenated (the layout :func:`witten_bell_rows` reads): order
+    ``n``'s sorted keys are ``keys[key_at[n-1]:key_at[n]]``, context ``i`` is followed by
+    ``toks[lo[i]:hi[i]]`` with ``counts``, ``totals[i]`` their sum; ``widest`` is the longest
+    such row."""
+
+    keys: np.ndarray
+    key_at: np.ndarray
+    lo: np.ndarray
+    hi: np.ndarray
+    toks: np.ndarray
+    counts: np.ndarray
+    totals: np.ndarray
+    widest: int
+
+    @classmethod
+    def of(cls, tables: Sequence[tuple], order: int) -> NGramTables:
+        """From per-order ``(keys, offsets, tokens, counts)`` (CSR; none: no corpus)."""
+        keys, lo, hi, toks, counts, key_at, base = [], [], [], [], [], [0], 0
+        for k, o, t, c in tables:
+            keys.append(k)
+            lo.append(o[:-1] + base)
+            hi.append(o[1:] + base)
+            toks.append(t)
+            counts.append(c)
+            key_at.append(key_at[-1] + k.size)
+            base += t.size
+        key_at += [key_at[-1]] * (order + 1 - len(key_at))
+
+        def cat(parts, dtype):
+            return np.concatenate(parts).astype(dtype) if parts else np.zeros(0, dtype)
+
+        lo, hi, counts = cat(lo, np.int64), cat(hi, np.int64), cat(counts, np.float64)
+        totals = np.add.reduceat(counts, lo) if lo.size else np.zeros(0)
+        return cls(cat(keys, np.uint64), np.array(key_at, np.int64), lo, hi,
+                   cat(toks, np.int64), counts, totals, int((hi - lo).max(initial=0)))
+
+    def order_table(self, n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """Order ``n``'s ``(keys, offsets, tokens, counts)`` (CSR, as :meth:`of` takes)."""
+        a, b = self.key_at[n - 1], self.key_at[n]
+        start, end = (self.lo[a], self.hi[b - 1]) if b > a else (0, 0)
+        offsets = np.append(self.lo[a:b], end) - start
+        return self.keys[a:b], offsets, self.toks[start:end], self.counts[start:end]
+
+
+@njit(cache=True)
+def sparse_argmax(tokens: np.ndarray, values: np.ndarray, lam: float, base: np.ndarray,
+                  top: int) -> int:
+    """:meth:`Sparse.argmax` of one row in compiled code (numba), on the values as a float32
+    tensor holds them: the best support token (``tokens`` increasing, so a tie keeps the
+    lowest id) against the float32 ``base``'s top token ``top`` weighted by ``lam``; -1 for
+    the zero row (no tokens, ``lam = 0``)."""
+    best_t, best_v = -1, np.float32(-1.0)
+    for s in range(tokens.size):
+        v = np.float32(values[s])
+        if v > best_v:
+            best_t, best_v = tokens[s], v
+    off = np.float32(lam) * base[top]  # float32 times float32, as the tensors compute it
+    if off > best_v or (off == best_v and top < best_t):
+        best_t = top
+    if lam == 0.0 and tokens.size == 0:
+        return -1
+    return best_t
 
 
 @njit(cache=True)

@@ -1,0 +1,47 @@
+"""The selection core: everything HedgeSpec decides, under every engine (numpy only).
+
+An engine adapter (the transformers loop :mod:`spec_adapters.decoding`, the vLLM proposer
+:mod:`spec_adapters.vllm`, the llama.cpp engine) owns the target and its verification; this
+package owns the choice of drafter and draft length and what it learns from:
+
+``book``            :class:`RoundBook`: the open rounds of a request and the verified positions
+                    their windows read (per-position statistics or per-round point-mass drafts)
+``experts``         the experts (drafter, k) and a window's losses (:func:`window_losses`;
+                    Theorem 3's estimators, the Dinkelbach time loss)
+``costs``           what a step costs, measured online: :class:`StepCosts` (one request at a
+                    time), :class:`StepTimeModel` (a batch)
+``abstention``      :class:`AcceptanceBook`, :func:`expected_gains`, :func:`paying_k`: draft only
+                    where the expected gain pays the step's cost
+``policies``        :func:`make_policy`: HedgeSpec (NormalHedge...), the bandits, fixed
+``point_drafters``  the model-free point-mass drafters (prompt lookup, corpus n-gram, suffix)
+``ngram_kernel``, ``suffix_index``   their compiled kernels and indexes
+
+Importing it never imports torch (tested).
+"""
+
+from __future__ import annotations
+
+from spec_adapters.selection.abstention import AcceptanceBook, expected_gains, paying_k
+from spec_adapters.selection.book import RoundBook, Window, greedy_stats
+from spec_adapters.selection.costs import StepCosts, StepTimeModel
+from spec_adapters.selection.experts import (
+    LENGTH_LOSSES,
+    LOSSES,
+    acceptance_lengths,
+    expert_losses,
+    expert_of,
+    n_experts,
+    window_losses,
+)
+from spec_adapters.selection.point_drafters import (
+    CorpusNGram,
+    PointDrafter,
+    PromptLookup,
+    SuffixDraft,
+)
+from spec_adapters.selection.policies import make_policy
+
+__all__ = ["LENGTH_LOSSES", "LOSSES", "AcceptanceBook", "CorpusNGram", "PointDrafter",
+           "PromptLookup", "RoundBook", "StepCosts", "StepTimeModel", "SuffixDraft", "Window",
+           "acceptance_lengths", "expected_gains", "expert_losses", "expert_of", "greedy_stats",
+           "make_policy", "n_experts", "paying_k", "window_losses"]
