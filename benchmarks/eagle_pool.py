@@ -26,9 +26,12 @@ import torch
 from spec_adapters.app.args import OneLineParser, int_arg
 from spec_adapters.app.bench.measure import run_decoder
 from spec_adapters.app.domains import DOMAINS, chat_ids, load_domain
-from spec_adapters.app.pool.cache import PoolConfig, load_pool
+from spec_adapters.app.pool.cache import load_pool
+from spec_adapters.app.pool.config import PoolConfig
 from spec_adapters.eagle import HedgeSpecDecoder, TreeConfig
+from spec_adapters.eagle.train_config import TrainConfig
 from spec_adapters.hf.models import default_cache_dir, load_target
+from spec_adapters.vllm.pool_settings import NGramPoolSettings
 
 
 def main(argv=None) -> None:
@@ -39,9 +42,11 @@ def main(argv=None) -> None:
                     help="comma-separated domains of the pool (default: all seven)")
     ap.add_argument("--eagle-steps", type=int_arg(1), required=True,
                     help="the --eagle-steps the heads were trained with")
-    ap.add_argument("--max-train-tokens", type=int_arg(1), default=PoolConfig.max_train_tokens)
-    ap.add_argument("--ngram-order", type=int_arg(1), default=PoolConfig.ngram_order)
-    ap.add_argument("--distilled-tokens", type=int_arg(0), default=PoolConfig.distilled_tokens)
+    ap.add_argument("--max-train-tokens", type=int_arg(1),
+                    default=NGramPoolSettings.max_train_tokens)
+    ap.add_argument("--ngram-order", type=int_arg(1), default=NGramPoolSettings.ngram_order)
+    ap.add_argument("--distilled-tokens", type=int_arg(0),
+                    default=NGramPoolSettings.distilled_tokens)
     ap.add_argument("--tokens", type=int_arg(1), default=32, help="new tokens per query")
     ap.add_argument("--depth", type=int_arg(1), default=4)
     ap.add_argument("--top-k", type=int_arg(1), default=4)
@@ -52,9 +57,10 @@ def main(argv=None) -> None:
 
     try:
         model, tok = load_target(args.target, args.cache_dir)
-        cfg = PoolConfig(domains=tuple(args.domains.split(",")), eagle_steps=args.eagle_steps,
-                         max_train_tokens=args.max_train_tokens, ngram_order=args.ngram_order,
-                         distilled_tokens=args.distilled_tokens)
+        ngram = NGramPoolSettings(tuple(args.domains.split(",")), args.ngram_order,
+                                  args.max_train_tokens, args.distilled_tokens)
+        cfg = PoolConfig(ngram, eagle=TrainConfig(steps=args.eagle_steps,
+                                                  eval_every=args.eagle_steps))
         pool = load_pool(model, tok, args.cache_dir, cfg, build=False, progress=False)
         prompts = {d: load_domain(d, args.cache_dir).prompts[0] for d in cfg.domains}
     except (ValueError, FileNotFoundError) as err:  # store.CacheError is a ValueError

@@ -11,9 +11,12 @@ import numpy as np
 import torch
 
 from spec_adapters.app import router as router_mod
-from spec_adapters.app.pool.cache import PoolConfig, _entries, build_pool, pool_dir
+from spec_adapters.app.pool.cache import _entries, build_pool, pool_dir
+from spec_adapters.app.pool.config import PoolConfig
+from spec_adapters.eagle.train_config import TrainConfig
 from spec_adapters.hf.models import load_target
 from spec_adapters.hf.target import output_vocab_size
+from spec_adapters.vllm.pool_settings import NGramPoolSettings
 from tests.spec_adapters.bench_fixtures import distill_answers, make_target_folder, write_domains
 
 DOMS = ("code", "math", "news")
@@ -33,10 +36,11 @@ class KeywordEmbedder:
         return out / np.maximum(np.linalg.norm(out, axis=1, keepdims=True), 1e-9)
 
 
-def config(**kw) -> PoolConfig:
-    base = {"domains": DOMS, "max_train_tokens": 1500, "distilled_tokens": 6, "eagle_steps": 2,
-            "eagle_batch": 2, "eagle_seq_len": 16, "eagle_draft_vocab": 32, "router": True}
-    return PoolConfig(**{**base, **kw})
+def config(domains=DOMS, router: bool = True) -> PoolConfig:
+    """A pool of every entry kind, tiny: n-grams with answers, EAGLE heads, the router."""
+    head = TrainConfig(steps=2, batch_size=2, seq_len=16, draft_vocab_size=32, eval_every=2)
+    return PoolConfig(NGramPoolSettings(domains, max_train_tokens=1500, distilled_tokens=6),
+                      eagle=head, router=router)
 
 
 class World:

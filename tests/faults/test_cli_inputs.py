@@ -17,7 +17,8 @@ from pathlib import Path
 import pytest
 
 from spec_adapters.app import domains as domains_module
-from spec_adapters.app.cli import MAX_THREADS, build_parser, main
+from spec_adapters.app.cli import build_parser, main
+from spec_adapters.app.cli.common import MAX_THREADS
 from tests.spec_adapters.bench_fixtures import make_target_folder, write_domains
 
 DOMS = "code,math,news"
@@ -152,7 +153,7 @@ def test_no_option_of_any_command_is_a_bare_int_or_float():
 
 
 def test_every_train_config_field_has_a_range():
-    from spec_adapters.app.cli import TRAIN_HEAD_TYPES
+    from spec_adapters.app.cli.build import TRAIN_HEAD_TYPES
     from spec_adapters.eagle.train import TrainConfig
 
     numeric = {n for n, f in TrainConfig.__dataclass_fields__.items()

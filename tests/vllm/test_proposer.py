@@ -193,7 +193,8 @@ def test_default_pool_settings_are_train_drafters_defaults():
     names)."""
     from dataclasses import fields
 
-    from spec_adapters.app.pool.cache import PoolConfig, _entries
+    from spec_adapters.app.pool.cache import _entries
+    from spec_adapters.app.pool.config import PoolConfig
 
     cfg = PoolConfig()
     assert NGramPoolSettings() == NGramPoolSettings(

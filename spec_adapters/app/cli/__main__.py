@@ -2,4 +2,5 @@
 
 from spec_adapters.app.cli.main import main
 
-raise SystemExit(main())
+if __name__ == "__main__":
+    raise SystemExit(main())

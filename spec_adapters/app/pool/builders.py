@@ -2,16 +2,19 @@
 domains' text within a budget (a specialist's own domain, the generalist's equal share of every
 domain, the extras' later windows), the target's answers to training-side prompts
 (self-distillation), the router's labelled snippets, and one writer per entry kind (n-gram,
-EAGLE head, answers), each finishing with the entry's sidecar. The order and the choice of
-entries: :func:`spec_adapters.app.pool.cache.build_pool`."""
+EAGLE head, answers), each finishing with the entry's sidecar; :data:`BUILDERS`, entry kind ->
+its builder. The order and the choice of entries: :func:`spec_adapters.app.pool.cache.build_pool`.
+"""
 
 from __future__ import annotations
 
 import itertools
 import shutil
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from spec_adapters.app.pool.entries import Entry, write_sidecar
 from spec_adapters.store.atomic import atomic_folder
@@ -19,8 +22,9 @@ from spec_adapters.store.atomic import atomic_folder
 if TYPE_CHECKING:
     from spec_adapters.app.pool.config import PoolConfig
 
-__all__ = ["answers_for", "domain_tokens", "mix_domains", "router_texts", "save_answers",
-           "save_head", "save_ngram", "token_window", "tokenize_budget"]
+__all__ = ["BUILDERS", "BuildContext", "answers_for", "domain_tokens", "mix_domains",
+           "router_texts", "save_answers", "save_head", "save_ngram", "token_window",
+           "tokenize_budget"]
 
 
 def tokenize_budget(texts: Iterable[str], tokenizer, budget: int) -> list[list[int]]:
@@ -88,7 +92,7 @@ def answers_for(entries: dict[str, Entry], cfg: PoolConfig,
     baseline) all of them."""
     from spec_adapters.app.distill.answers import read_token_lists
 
-    if not cfg.distilled_tokens:
+    if not cfg.ngram.distilled_tokens:
         return []
 
     def read(d):
@@ -102,7 +106,7 @@ def answers_for(entries: dict[str, Entry], cfg: PoolConfig,
     mixed, total = [], 0
     for row in itertools.zip_longest(*per):
         for a in row:
-            if a is not None and total < cfg.distilled_tokens:
+            if a is not None and total < cfg.ngram.distilled_tokens:
                 mixed.append(a)
                 total += len(a)
     return mixed
@@ -139,18 +143,15 @@ def save_ngram(entry: Entry, docs, vocab_size: int, order: int, answers=(),
 
 
 def save_head(entry: Entry, model, docs, cfg: PoolConfig) -> None:
-    """An EAGLE head trained on ``docs`` with ``cfg``'s head settings (checkpoints in
+    """An EAGLE head trained on ``docs`` with ``cfg.eagle`` (checkpoints in
     ``<entry>.partial`` until done), saved with its sidecar."""
     import torch
 
-    from spec_adapters.eagle.train import TrainConfig, train_head
+    from spec_adapters.eagle.train import train_head
 
     corpus = torch.tensor([t for d in docs for t in d], dtype=torch.long)
     work = entry.path.with_name(entry.path.name + ".partial")  # resumable checkpoints
-    tc = TrainConfig(steps=cfg.eagle_steps, batch_size=cfg.eagle_batch,
-                     seq_len=cfg.eagle_seq_len, draft_vocab_size=cfg.eagle_draft_vocab,
-                     seed=cfg.seed, eval_every=max(cfg.eagle_steps, 1))
-    head, _history = train_head(model, corpus, out_dir=work, config=tc, progress=True,
+    head, _history = train_head(model, corpus, out_dir=work, config=cfg.eagle, progress=True,
                                 log=lambda *a, **k: None)
     head.config.extra["name"] = entry.name
     with atomic_folder(entry.path) as tmp:
@@ -182,7 +183,7 @@ def save_answers(entry: Entry, model, tokenizer, domain, cfg: PoolConfig, cache_
     folders = [answers_folder(r, model, tokenizer) for r in roots]
     folder = next((f for f in folders if (f / "manifest.json").is_file()), folders[-1])
     answers, prompts = load_answers(folder, domain.name, fingerprint(model, tokenizer),
-                                    cfg.distilled_tokens)
+                                    cfg.ngram.distilled_tokens)
     held = set(domain.prompts)
     kept = [(a, p) for a, p in zip(answers, prompts, strict=True) if p not in held]
     if len(kept) < len(answers):
@@ -192,3 +193,85 @@ def save_answers(entry: Entry, model, tokenizer, domain, cfg: PoolConfig, cache_
             "prompts (the domain's split changed since they were made): left out")
     save_token_lists(entry.path, [a for a, _ in kept], [p for _, p in kept])
     write_sidecar(entry)
+
+
+# ------------------------------------------------------------------------------------------
+# one builder per entry kind
+# ------------------------------------------------------------------------------------------
+@dataclass
+class BuildContext:
+    """What the entry builders share while one pool is built: the target, the config, the
+    domains, every entry of the pool by name (an n-gram reads the answers entries) and the
+    domains' training tokens (tokenised once, when the first entry needs them)."""
+
+    model: Any
+    tokenizer: Any
+    cache_dir: Any
+    cfg: PoolConfig
+    domains: dict
+    entries: dict[str, Entry]
+    vocab_size: int
+
+    @cached_property
+    def tokens(self) -> dict[str, list[list[int]]]:
+        """Each domain's training tokens: one drafter's budget, and the extras' windows."""
+        budget = self.cfg.ngram.max_train_tokens * max(1, 1 + self.cfg.extra_shards)
+        return domain_tokens(self.domains, self.tokenizer, budget)
+
+    def ngram(self, entry: Entry, docs, answers=(), order: int | None = None) -> None:
+        """:func:`save_ngram` with the pool's n-gram settings."""
+        ng = self.cfg.ngram
+        save_ngram(entry, docs, self.vocab_size, order or ng.ngram_order, answers,
+                   ng.answer_weight, ng.context_weight)
+
+
+def _build_answers(e: Entry, ctx: BuildContext) -> None:
+    save_answers(e, ctx.model, ctx.tokenizer, ctx.domains[e.settings["domain"]], ctx.cfg,
+                 ctx.cache_dir)
+
+
+def _training_docs(e: Entry, ctx: BuildContext) -> list[list[int]]:
+    """A specialist's own domain, or the generalist's (``domains`` in its settings) equal
+    share of every domain, one drafter's budget."""
+    budget = ctx.cfg.ngram.max_train_tokens
+    docs = mix_domains(ctx.tokens, budget) if "domains" in e.settings \
+        else ctx.tokens[e.settings["domain"]]
+    return token_window(docs, budget)
+
+
+def _build_ngram(e: Entry, ctx: BuildContext) -> None:
+    domain = None if "domains" in e.settings else e.settings["domain"]
+    ctx.ngram(e, _training_docs(e, ctx), answers_for(ctx.entries, ctx.cfg, domain))
+
+
+def _build_union(e: Entry, ctx: BuildContext) -> None:
+    budget = ctx.cfg.ngram.max_train_tokens
+    docs = [x for d in ctx.cfg.domains for x in token_window(ctx.tokens[d], budget)]
+    ctx.ngram(e, docs, answers_for(ctx.entries, ctx.cfg, "*"))
+
+
+def _build_extra(e: Entry, ctx: BuildContext) -> None:
+    """A later quarter-budget window of the domain's text per shard, no answers, the
+    request's own n-grams left out."""
+    d, s, budget = e.settings["domain"], e.settings["shard"], ctx.cfg.ngram.max_train_tokens
+    docs = token_window(ctx.tokens[d], budget // 4, skip=budget + s * (budget // 4))
+    save_ngram(e, docs or ctx.tokens[d], ctx.vocab_size, e.settings["order"])
+
+
+def _build_head(e: Entry, ctx: BuildContext) -> None:
+    save_head(e, ctx.model, _training_docs(e, ctx), ctx.cfg)
+
+
+def _build_router(e: Entry, ctx: BuildContext) -> None:
+    from spec_adapters.app.router import Router
+
+    texts, labels = router_texts(ctx.domains, seed=ctx.cfg.seed)
+    Router(list(ctx.cfg.domains)).fit(texts, labels).save(e.path)
+    write_sidecar(e)
+
+
+# entry kind -> the function that builds such an entry (and writes its sidecar)
+BUILDERS: dict[str, Callable[[Entry, BuildContext], None]] = {
+    "answers": _build_answers, "ngram": _build_ngram, "union": _build_union,
+    "extra": _build_extra, "eagle": _build_head, "router": _build_router,
+}

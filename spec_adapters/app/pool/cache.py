@@ -47,23 +47,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from spec_adapters.app.log import log as _log
-from spec_adapters.app.pool.builders import (
-    answers_for,
-    domain_tokens,
-    mix_domains,
-    router_texts,
-    save_answers,
-    save_head,
-    save_ngram,
-    token_window,
-)
+from spec_adapters.app.pool.builders import BUILDERS, BuildContext
 from spec_adapters.app.pool.config import PoolConfig
-from spec_adapters.app.pool.entries import FORMAT, Entry, check_entry, remove_entry, write_sidecar
+from spec_adapters.app.pool.entries import FORMAT, Entry, check_entry, remove_entry
 from spec_adapters.store.atomic import build_lock, sweep
 from spec_adapters.store.integrity import CacheError
 from spec_adapters.vllm.target_pool import loaded_target_id
 
-__all__ = ["FORMAT", "Pool", "PoolConfig", "PoolCorruptError", "build_pool", "describe",
+__all__ = ["FORMAT", "Pool", "PoolCorruptError", "build_pool", "describe",
            "load_pool", "pool_dir", "prompt_lookup"]
 
 
@@ -135,20 +126,18 @@ def _entries(cfg: PoolConfig, folder: Path, V: int) -> list[Entry]:
     ngram = cfg.ngram
     base = ngram.base(V)
     out: list[Entry] = []
-    if cfg.distilled_tokens:
+    if ngram.distilled_tokens:
         out += [Entry(f"answers-{d}", "answers",
-                      {"distilled_tokens": cfg.distilled_tokens, "domain": d}, folder)
+                      {"distilled_tokens": ngram.distilled_tokens, "domain": d}, folder)
                 for d in cfg.domains]
     out += [Entry(n, "ngram", st, folder) for n, st in ngram.entries(V).items()]
     out.append(Entry("ngram-union", "union", ngram.union(V), folder))
     out += [Entry(f"extra-{d}-{s}", "extra",
                   {**base, "domain": d, "shard": s, "shards": cfg.extra_shards,
-                   "order": max(2, cfg.ngram_order - s % 2)}, folder)
+                   "order": max(2, ngram.ngram_order - s % 2)}, folder)
             for d in cfg.domains for s in range(cfg.extra_shards)]
-    if cfg.eagle_steps:
-        hb = {"steps": cfg.eagle_steps, "batch": cfg.eagle_batch, "seq_len": cfg.eagle_seq_len,
-              "draft_vocab": cfg.eagle_draft_vocab, "tokens": cfg.max_train_tokens,
-              "seed": cfg.seed}
+    if cfg.eagle is not None:
+        hb = cfg.head_settings()
         out += [Entry(f"eagle-{d}", "eagle", {**hb, "domain": d}, folder) for d in cfg.domains]
         out.append(Entry("eagle-general", "eagle", {**hb, "domains": list(cfg.domains)},
                          folder))
@@ -219,8 +208,10 @@ def build_pool(model, tokenizer, cache_dir, config: PoolConfig | None = None, *,
     return folder
 
 
-def _build(model, tokenizer, cache_dir, cfg, domains, entries, todo, V, progress) -> None:
-    """Build the entries of ``todo``, ``(entry, why)`` pairs (holding the pool's build lock)."""
+def _build(model, tokenizer, cache_dir, cfg: PoolConfig, domains, entries: list[Entry],
+           todo, V: int, progress: bool) -> None:
+    """Build the entries of ``todo``, ``(entry, why)`` pairs, each by its kind's builder
+    (:data:`~spec_adapters.app.pool.builders.BUILDERS`), holding the pool's build lock."""
     from tqdm.auto import tqdm
 
     if domains is None:
@@ -228,49 +219,17 @@ def _build(model, tokenizer, cache_dir, cfg, domains, entries, todo, V, progress
 
         prepare_domains(cache_dir, cfg.domains)
         domains = load_domains(cache_dir, cfg.domains)
-    domains = {d: domains[d] for d in cfg.domains}
-    by_name = {e.name: e for e in entries}
     for e, why in todo:
         if why != "missing":
             _log(f"pool entry {e.path} is unusable ({why}); rebuilding it")
             remove_entry(e)
-
-    tokens: dict[str, list[list[int]]] = {}
+    ctx = BuildContext(model, tokenizer, cache_dir, cfg, {d: domains[d] for d in cfg.domains},
+                       {e.name: e for e in entries}, V)
     bar = tqdm(todo, desc="drafter pool", unit="entry", disable=not progress)
     for e, _why in bar:
         bar.set_postfix_str(e.name)
         t0 = time.perf_counter()
-        st = e.settings
-        if e.kind not in ("router", "answers") and not tokens:
-            budget = cfg.max_train_tokens * max(1, 1 + cfg.extra_shards)
-            tokens = domain_tokens(domains, tokenizer, budget)
-        if e.kind == "answers":
-            save_answers(e, model, tokenizer, domains[st["domain"]], cfg, cache_dir)
-        elif e.kind == "union":
-            docs = [x for d in cfg.domains for x in token_window(tokens[d], cfg.max_train_tokens)]
-            save_ngram(e, docs, V, cfg.ngram_order, answers_for(by_name, cfg, "*"),
-                       cfg.answer_weight, cfg.context_weight)
-        elif e.kind == "router":
-            from spec_adapters.app.router import Router
-
-            texts, labels = router_texts(domains, seed=cfg.seed)
-            Router(list(cfg.domains)).fit(texts, labels).save(e.path)
-            write_sidecar(e)
-        elif e.kind == "extra":
-            d, s = st["domain"], st["shard"]
-            docs = token_window(tokens[d], cfg.max_train_tokens // 4,
-                                skip=cfg.max_train_tokens + s * (cfg.max_train_tokens // 4))
-            save_ngram(e, docs or tokens[d], V, st["order"])
-        else:  # ngram or eagle, specialist or generalist
-            general = "domains" in st
-            docs = token_window(mix_domains(tokens, cfg.max_train_tokens) if general
-                                else tokens[st["domain"]], cfg.max_train_tokens)
-            if e.kind == "ngram":
-                extra = answers_for(by_name, cfg, None if general else st["domain"])
-                save_ngram(e, docs, V, cfg.ngram_order, extra, cfg.answer_weight,
-                           cfg.context_weight)
-            else:
-                save_head(e, model, docs, cfg)
+        BUILDERS[e.kind](e, ctx)
         _log(f"built {e.name} in {time.perf_counter() - t0:.1f} s")
 
 

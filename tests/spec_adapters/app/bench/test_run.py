@@ -25,12 +25,14 @@ from spec_adapters.app.bench.run import (
 )
 from spec_adapters.app.bench.tables import markdown_tables, speed_tables
 from spec_adapters.app.domains import chat_ids, load_domains
-from spec_adapters.app.pool.cache import PoolConfig, load_pool
+from spec_adapters.app.pool.cache import load_pool
+from spec_adapters.app.pool.config import PoolConfig
 from spec_adapters.app.router import Router
 from spec_adapters.decoding.chain import HedgeSpecDecoder
 from spec_adapters.drafters import HFDrafter
 from spec_adapters.drafters.ngram import NGramDrafter
 from spec_adapters.hf.models import load_target
+from spec_adapters.vllm.pool_settings import NGramPoolSettings
 from tests.spec_adapters.app.test_router import _KeywordEmbedder
 from tests.spec_adapters.bench_fixtures import distill_answers, make_target_folder, write_domains
 
@@ -53,8 +55,8 @@ def run(tmp_path_factory):
     distill_answers(model, tok, root / "cache", DOMS)
     domains = load_domains(root / "cache", DOMS)
     pool = load_pool(model, tok, root / "cache",
-                     PoolConfig(domains=DOMS, max_train_tokens=2000, extra_shards=1,
-                                distilled_tokens=6),
+                     PoolConfig(NGramPoolSettings(DOMS, max_train_tokens=2000,
+                                                  distilled_tokens=6), extra_shards=1),
                      progress=False)
     emb = _KeywordEmbedder(["def", "apples", "mayor"], seed=3)
     texts = [t for d in DOMS for t in domains[d].train[:10]]

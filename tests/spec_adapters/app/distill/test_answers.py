@@ -22,9 +22,11 @@ from spec_adapters.app.distill.answers import (
     target_fingerprint,
 )
 from spec_adapters.app.domains import Domain, chat_ids, load_domains, save_domain
-from spec_adapters.app.pool.cache import PoolConfig, build_pool
+from spec_adapters.app.pool.cache import build_pool
+from spec_adapters.app.pool.config import PoolConfig
 from spec_adapters.hf.models import load_target
 from spec_adapters.store.integrity import CacheError
+from spec_adapters.vllm.pool_settings import NGramPoolSettings
 from tests.spec_adapters.bench_fixtures import make_target_folder, write_domains
 
 DOMS = ("code", "math")
@@ -168,7 +170,7 @@ def test_answers_of_another_target_are_refused(world, tmp_path):
     with pytest.raises(CacheError, match=r"no distilled answers in"):
         load_answers(tmp_path / "nowhere", "code", theirs, 10)
     # the pool of the other target says so instead of using them
-    cfg = PoolConfig(domains=DOMS, max_train_tokens=500, distilled_tokens=10,
+    cfg = PoolConfig(NGramPoolSettings(DOMS, max_train_tokens=500, distilled_tokens=10),
                      answers_dir=str(tmp_path))
     with pytest.raises(CacheError, match=r"made by another target"):
         build_pool(other, other_tok, root / "other-cache", cfg, domains=load_domains(cache, DOMS),
@@ -198,7 +200,7 @@ def test_the_pool_leaves_out_answers_to_benchmark_prompts(world, tmp_path, capsy
     code = doms["code"]
     doms["code"] = Domain("code", code.train, [prompts[0], *code.prompts], code.train_prompts,
                           code.meta)
-    cfg = PoolConfig(domains=DOMS, max_train_tokens=500, distilled_tokens=10,
+    cfg = PoolConfig(NGramPoolSettings(DOMS, max_train_tokens=500, distilled_tokens=10),
                      answers_dir=str(tmp_path))
     pool_folder = build_pool(model, tok, root / "cache-split", cfg, domains=doms, progress=False)
     import numpy as np

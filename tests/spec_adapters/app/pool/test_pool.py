@@ -9,10 +9,12 @@ import pytest
 import torch
 
 from spec_adapters.app.domains import load_domains
-from spec_adapters.app.pool.cache import PoolConfig, PoolCorruptError, build_pool, load_pool
+from spec_adapters.app.pool.cache import PoolCorruptError, build_pool, load_pool
+from spec_adapters.app.pool.config import PoolConfig
 from spec_adapters.drafters.ngram import NGramDrafter, PromptLookupDrafter
 from spec_adapters.drafters.suffix import SuffixDrafter
 from spec_adapters.hf.models import load_target
+from spec_adapters.vllm.pool_settings import NGramPoolSettings
 from tests.spec_adapters.bench_fixtures import distill_answers, make_target_folder, write_domains
 
 DOMS = ("code", "math", "news")
@@ -40,8 +42,9 @@ def _entries(folder):
     return {p.name: p.stat().st_mtime_ns for p in folder.iterdir() if not p.name.startswith(".")}
 
 
-def _cfg(**kw):
-    return PoolConfig(domains=DOMS, max_train_tokens=2000, distilled_tokens=6, **kw)
+def _cfg(extra_shards: int = 0, ngram_order: int = 4) -> PoolConfig:
+    return PoolConfig(NGramPoolSettings(DOMS, ngram_order, max_train_tokens=2000,
+                                        distilled_tokens=6), extra_shards=extra_shards)
 
 
 def test_pool_builds_loads_and_reuses(setup, capsys):
@@ -117,7 +120,7 @@ def test_other_settings_build_alongside_and_extras_exist(setup):
 
 def test_unknown_domain_is_a_clear_error():
     with pytest.raises(ValueError, match=r"unknown domain.*'physics'"):
-        PoolConfig(domains=("code", "physics"))
+        PoolConfig(NGramPoolSettings(("code", "physics")))
 
 
 def test_prepared_fixture_domains_load(setup):
