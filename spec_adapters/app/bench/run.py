@@ -70,7 +70,10 @@ from spec_adapters.app.log import log
 __all__ = ["PRESETS", "BenchConfig", "run_bench", "with_overrides"]
 
 @dataclass
-class Query:
+class BenchPrompt:
+    """One prompt of a benchmark stream: its id (``<domain>/<i>``, ``~twice`` for a variant),
+    domain, text, the section it belongs to and what was measured about it."""
+
     qid: str
     domain: str
     prompt: str
@@ -81,15 +84,15 @@ class Query:
 # ------------------------------------------------------------------------------------------
 # streams
 # ------------------------------------------------------------------------------------------
-def mixed_stream(domains: dict, per_domain: int, seed: int) -> list[Query]:
+def mixed_stream(domains: dict, per_domain: int, seed: int) -> list[BenchPrompt]:
     """The first ``per_domain`` held-out prompts of every domain, shuffled with ``seed``."""
-    qs = [Query(f"{d}/{i}", d, dom.prompts[i]) for d, dom in domains.items()
+    qs = [BenchPrompt(f"{d}/{i}", d, dom.prompts[i]) for d, dom in domains.items()
           for i in range(min(per_domain, len(dom.prompts)))]
     random.Random(seed).shuffle(qs)
     return qs
 
 
-def _subset(stream: list[Query], per_domain: int) -> list[Query]:
+def _subset(stream: list[BenchPrompt], per_domain: int) -> list[BenchPrompt]:
     seen: dict[str, int] = defaultdict(int)
     out = []
     for q in stream:
@@ -242,7 +245,7 @@ def _seed_of(cfg: BenchConfig, qid: str) -> int:
     return (cfg.seed * 1_000_003 + sum(map(ord, qid)) * 7919 + len(qid)) % (2**31)
 
 
-def _plan(cfg: BenchConfig, pool, stream: list[Query]) -> list[tuple]:
+def _plan(cfg: BenchConfig, pool, stream: list[BenchPrompt]) -> list[tuple]:
     """Every run to do: (section, query, temperature, method, n)."""
     fixed = [f"fixed:{n}" for n in [*pool.names, *(b.name for b in pool.baselines)]] \
         if cfg.fixed else []
@@ -257,7 +260,7 @@ def _plan(cfg: BenchConfig, pool, stream: list[Query]) -> list[tuple]:
             plan += [("main", q, temp, m, 0)
                      for m in ["target", *lookup, *rows_first, *own, *pols]]
     for q in _subset(stream, cfg.variant_queries_per_domain):
-        v = Query(q.qid + "~twice", q.domain, VARIANTS["twice"].format(p=q.prompt), "variant")
+        v = BenchPrompt(q.qid + "~twice", q.domain, VARIANTS["twice"].format(p=q.prompt), "variant")
         plan += [("variant", v, 0.0, m, 0) for m in ["router", "normalhedge"]]
     n_total = len(pool.drafters) + len(pool.extras)
     for n in cfg.pool_sizes:
@@ -417,7 +420,7 @@ def _router_section(pool, domains, cfg: BenchConfig, out: Path) -> dict:
     return res
 
 
-def _routes(pool, stream: list[Query], out: Path) -> dict:
+def _routes(pool, stream: list[BenchPrompt], out: Path) -> dict:
     """The router's pick for every query of the main stream (+ its per-prompt time)."""
     f = out / "routes.json"
     if f.is_file():

@@ -28,7 +28,7 @@ reached MAT 4.07 that way), and the warm-up request is half a prompt. One record
 phase) is appended to ``<out>/records.jsonl`` as soon as its phase ends; a re-run with
 the same settings skips the records there (resumable), a run with other settings is refused.
 
-Per (method, concurrency) (:func:`aggregate`): tokens/s = all new tokens / the phase's wall
+Per (method, concurrency) (:func:`summarize_vllm`): tokens/s = all new tokens / the phase's wall
 time; MAT = new tokens / target steps, a request's steps being its new tokens minus its
 accepted draft tokens (each step yields the accepted drafts + one token; vLLM's per-request
 speculative counts); seconds per request (mean time in flight); speed-ups against ``plain``
@@ -68,11 +68,11 @@ from spec_adapters.app.serve import ROOT, SPEC_CLASS, find_vllm_python, server_e
 from spec_adapters.vllm.config import ProposerConfig, config_from_mapping
 from spec_adapters.vllm.proposer import HedgeSpecProposer
 
-__all__ = ["PRESETS", "VllmBenchConfig", "aggregate", "drafter_names", "label", "markdown",
-           "method_specs", "plot", "run_bench_vllm", "shared_settings"]
+__all__ = ["PRESETS", "VLLM_LABELS", "VllmBenchConfig", "drafter_names", "label", "markdown",
+           "method_specs", "plot_vllm", "run_bench_vllm", "shared_settings", "summarize_vllm"]
 
 LEARNERS = ("plain", "ngram", "hedgespec", "exp3spec", "ucbspec")
-LABELS = {"plain": "vLLM plain", "ngram": "vLLM ngram", "exp3spec": "EXP3Spec proposer",
+VLLM_LABELS = {"plain": "vLLM plain", "ngram": "vLLM ngram", "exp3spec": "EXP3Spec proposer",
           "hedgespec": "HedgeSpec proposer (NormalHedge, cost-aware)",
           "ucbspec": "UCBSpec proposer"}
 # issue 12's targets: (name, method, reference, concurrency; None = per domain, c = 1), goal
@@ -317,14 +317,14 @@ def run_bench_vllm(target: Path, tokenizer, domains: dict, pool: Path, cfg: Vllm
                                    settings_m, out, threads):
                 records.add(rec)
     records_list = list(records.rows.values())
-    summary = aggregate(records_list, greedy=cfg.temperature == 0, cap=cfg.max_new_tokens)
+    summary = summarize_vllm(records_list, greedy=cfg.temperature == 0, cap=cfg.max_new_tokens)
     summary["settings"] = settings
     (out / "results.json").write_text(json.dumps(
         {**summary, "records": [{**r, "requests": [{k: v for k, v in q.items() if k != "tokens"}
                                                    for q in r["requests"]]}
                                 for r in records_list]}, indent=1))
     (out / "tables.md").write_text(markdown(summary))
-    plot(summary, out / "bench_vllm.png")
+    plot_vllm(summary, out / "bench_vllm.png")
     return summary
 
 
@@ -411,7 +411,7 @@ def _ratio(a, b):
     return a / b if a is not None and b else None
 
 
-def aggregate(records: list[dict], greedy: bool = True, cap: int | None = None) -> dict:
+def summarize_vllm(records: list[dict], greedy: bool = True, cap: int | None = None) -> dict:
     """The benchmark's tables from its records (see the module docstring).
 
     Parameters
@@ -511,7 +511,7 @@ def label(method: str, k: int | None = None) -> str:
     """Display name of a method (``k``: shown for vLLM ngram)."""
     if method.startswith("fixed:"):
         return f"fixed {method[6:]}"
-    return LABELS[method] + (f" (K = {k})" if method == "ngram" and k else "")
+    return VLLM_LABELS[method] + (f" (K = {k})" if method == "ngram" and k else "")
 
 
 def _f(x, fmt: str = "{:.2f}") -> str:
@@ -564,7 +564,7 @@ def markdown(summary: dict) -> str:
     return "\n".join(lines)
 
 
-def plot(summary: dict, path: Path) -> Path:
+def plot_vllm(summary: dict, path: Path) -> Path:
     """``path`` (PNG): tokens/s, speed-up over vLLM plain and the share of request-steps that
     drafted against the concurrency, one line per method (the fixed drafters thin and grey)."""
     import matplotlib

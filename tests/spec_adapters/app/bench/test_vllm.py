@@ -14,11 +14,11 @@ from spec_adapters.app.bench.vllm import (
     PRESETS,
     VllmBenchConfig,
     VllmRecords,
-    aggregate,
     drafter_names,
     markdown,
     method_specs,
-    plot,
+    plot_vllm,
+    summarize_vllm,
 )
 from spec_adapters.app.bench.vllm_worker import counter_totals, run_requests
 
@@ -49,7 +49,7 @@ def _records():
 
 
 def test_aggregate_pools_tokens_steps_and_time_as_written_out_by_hand():
-    s = aggregate(_records())
+    s = summarize_vllm(_records())
     assert s["concurrencies"] == [1, 4]
     assert s["domains"] == ["code", "math"]
     h = s["methods"]["hedgespec"]["1"]
@@ -70,18 +70,18 @@ def test_aggregate_pools_tokens_steps_and_time_as_written_out_by_hand():
 
 
 def test_outputs_are_compared_with_plain_at_the_same_concurrency():
-    s = aggregate(_records())
+    s = summarize_vllm(_records())
     assert s["methods"]["hedgespec"]["1"]["identical"] is True
     assert s["methods"]["hedgespec"]["4"]["identical"] is False
     assert s["methods"]["hedgespec"]["4"]["mismatched"] == ["code/0"]
     assert s["methods"]["ngram"]["4"]["identical"] is True
-    no_plain = aggregate([r for r in _records() if r["method"] != "plain"])
+    no_plain = summarize_vllm([r for r in _records() if r["method"] != "plain"])
     assert no_plain["methods"]["ngram"]["1"]["identical"] is None
     assert no_plain["methods"]["ngram"]["1"]["x_plain"] is None
 
 
 def test_targets_are_the_issue_goals_that_the_records_answer():
-    t = {x["name"]: x for x in aggregate(_records())["targets"]}
+    t = {x["name"]: x for x in summarize_vllm(_records())["targets"]}
     # no 16-concurrent record: that goal is left out, the others computed at c = 1; over the
     # sweep (c = 1, 4) the worst ratios, and no proposer telemetry: no overhead goal
     assert set(t) == {"one at a time, x vLLM ngram", "one at a time, x vLLM plain",
@@ -96,7 +96,7 @@ def test_targets_are_the_issue_goals_that_the_records_answer():
     assert all(x["met"] for x in t.values())
     slow = [dict(r, seconds=r["seconds"] * 10) if r["method"] == "hedgespec" else r
             for r in _records()]
-    assert not next(x for x in aggregate(slow)["targets"]
+    assert not next(x for x in summarize_vllm(slow)["targets"]
                     if x["name"] == "one at a time, x vLLM plain")["met"]
 
 
@@ -117,7 +117,7 @@ def _with_telemetry(records: list[dict]) -> list[dict]:
 
 
 def test_drafting_shares_overhead_and_arrival_phases_from_the_records():
-    s = aggregate(_with_telemetry(_records()))
+    s = summarize_vllm(_with_telemetry(_records()))
     assert s["phases"] == ["1", "4", "0.5/s"] and s["concurrencies"] == [1, 4]
     h = s["methods"]["hedgespec"]["4"]
     assert h["drafted_share"] == pytest.approx(4 / (16 - 6))  # drafts / request-steps
@@ -129,11 +129,11 @@ def test_drafting_shares_overhead_and_arrival_phases_from_the_records():
     over = next(t for t in s["targets"] if t["name"].startswith("proposer's share"))
     assert over["value"] == pytest.approx(0.04) and not over["met"]  # a ceiling of 3%
     assert s["methods"]["plain"]["1"]["cap_share"] is None  # no cap given
-    assert aggregate(_records(), cap=8)["methods"]["plain"]["1"]["cap_share"] == 1.0
-    assert aggregate(_records(), cap=9)["methods"]["plain"]["1"]["cap_share"] == 0.0
+    assert summarize_vllm(_records(), cap=8)["methods"]["plain"]["1"]["cap_share"] == 1.0
+    assert summarize_vllm(_records(), cap=9)["methods"]["plain"]["1"]["cap_share"] == 0.0
     md = markdown(s)
     assert "### vLLM, requests arriving at 0.5/s (Poisson)" in md and "| 4.0% |" in md
-    sampled = aggregate(_records(), greedy=False)
+    sampled = summarize_vllm(_records(), greedy=False)
     assert sampled["methods"]["hedgespec"]["4"]["identical"] is None  # not compared
 
 
@@ -169,14 +169,14 @@ def test_arrivals_are_poisson_and_requests_wait_for_theirs():
 
 
 def test_markdown_and_plot_show_every_method_and_concurrency(tmp_path):
-    s = aggregate(_records())
+    s = summarize_vllm(_records())
     md = markdown(s)
     assert "### vLLM, one request at a time" in md and "### vLLM, 4 concurrent requests" in md
     row = next(line for line in md.splitlines()
                if line.startswith("| HedgeSpec proposer") and "no (1)" in line)
     assert "| 2.00 |" in row  # MAT
     assert md.count("| vLLM plain | ") == 4  # speed + per-domain table, two concurrencies
-    png = plot(s, tmp_path / "p.png")
+    png = plot_vllm(s, tmp_path / "p.png")
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
