@@ -1,12 +1,7 @@
-"""transformers-facing code: the target wrapper (KV cache, verify, crop), model loading, and
-HedgeSpec as the decoding loop of ``model.generate(custom_generate=...)``.
+"""transformers-facing code below the decoding loop: the target wrapper (KV cache, verify,
+crop; ``target``, ``rows_first``) and model loading (``models``).
 
-``from spec_adapters.hf import generate`` gives the callable :func:`spec_adapters.hf.generate.
-generate` (the function shadows its module as a package attribute; the module's other names
-import with ``from spec_adapters.hf.generate import ...``). Importing the package imports
-neither torch nor transformers.
+HedgeSpec as ``model.generate(custom_generate=...)`` is
+:func:`spec_adapters.decoding.generate` (it was ``spec_adapters.hf.generate``, which would make
+this package import the decoding loop that imports it).
 """
-
-from spec_adapters.hf.generate import HedgeSpecGenerateOutput, generate
-
-__all__ = ["HedgeSpecGenerateOutput", "generate"]

@@ -5,7 +5,7 @@
 loop to ``f``; keyword arguments that ``f`` declares beyond those of transformers' own sampling
 loop are forwarded to it. :func:`generate` is such an ``f``::
 
-    from spec_adapters.hf import generate as hedgespec_generate
+    from spec_adapters.decoding import generate as hedgespec_generate
 
     out = model.generate(**inputs, custom_generate=hedgespec_generate, drafters=pool.drafters,
                          max_new_tokens=256, do_sample=True, temperature=0.7, top_p=0.9,
@@ -16,9 +16,9 @@ The loop is :class:`spec_adapters.decoding.chain.HedgeSpecDecoder`: the output i
 exactly as plain ``model.generate`` with the same options (greedy: identical). What it cannot
 reproduce exactly is refused with a ``ValueError`` naming the option; see :func:`generate`.
 
-Importing this module imports neither torch nor transformers (``spec_adapters.hf`` re-exports
-:func:`generate`, so the package attribute ``spec_adapters.hf.generate`` is the function; import
-the module's other names with ``from spec_adapters.hf.generate import ...``).
+Importing this module imports neither torch nor transformers; ``spec_adapters.decoding``
+exports :func:`generate` lazily, so ``from spec_adapters.decoding import generate`` does not
+either.
 """
 
 from __future__ import annotations
@@ -196,8 +196,8 @@ def generate(model, input_ids: torch.LongTensor, logits_processor, stopping_crit
 def _check_options(input_ids, config, synced_gpus, drafters, model_kwargs) -> None:
     """Refuse the generate() options and model inputs HedgeSpec does not reproduce."""
     if drafters is None or len(drafters) == 0:
-        raise ValueError("custom_generate=spec_adapters.hf.generate needs drafters=[...]: the "
-                         "drafter pool HedgeSpec chooses from")
+        raise ValueError("custom_generate=spec_adapters.decoding.generate needs drafters=[...]: "
+                         "the drafter pool HedgeSpec chooses from")
     if (config.num_beams or 1) > 1:
         raise ValueError(f"num_beams={config.num_beams}: beam search is not supported by "
                          "HedgeSpec (it samples one sequence); use num_beams=1")

@@ -1,4 +1,4 @@
-"""``model.generate(custom_generate=spec_adapters.hf.generate, drafters=...)``: greedy output
+"""``model.generate(custom_generate=spec_adapters.decoding.generate, drafters=...)``: greedy output
 identical to plain ``generate``, the sampled law equal to the target's (exact enumeration with
 transformers' own warpers), every refused option named, the streamer protocol, the return
 types; and the ``hedgespec generate`` options ``--device`` / ``--dtype``."""
@@ -21,8 +21,8 @@ from transformers import (
     TopPLogitsWarper,
 )
 
-from spec_adapters.hf import generate as hedgespec_generate
-from spec_adapters.hf.generate import HedgeSpecGenerateOutput
+from spec_adapters.decoding import generate as hedgespec_generate
+from spec_adapters.decoding.custom_generate import HedgeSpecGenerateOutput
 from tests.spec_adapters.single_helpers import (
     RecordingStreamer,
     UnigramDrafter,
@@ -193,13 +193,13 @@ def test_return_dict_in_generate_selects_the_return_type(sharp_pool):
 
 
 def test_package_import_gives_the_callable_without_torch():
-    code = ("import sys, spec_adapters.hf as hf; from spec_adapters.hf import generate; "
-            "import spec_adapters.hf.generate as alias; "
+    code = ("import sys, spec_adapters.decoding as dec; "
+            "from spec_adapters.decoding import generate; "
             "assert callable(generate) and generate.__name__ == 'generate', generate; "
-            "assert alias is generate and hf.generate is generate; "
+            "assert dec.generate is generate; "
             "assert 'torch' not in sys.modules and 'transformers' not in sys.modules; "
-            "import spec_adapters.hf.target, spec_adapters.hf.models; "
-            "from spec_adapters.hf.generate import HedgeSpecGenerateOutput")
+            "from spec_adapters.decoding.custom_generate import HedgeSpecGenerateOutput; "
+            "assert dec.HedgeSpecGenerateOutput is HedgeSpecGenerateOutput")
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)
     assert r.returncode == 0, r.stderr
 
@@ -234,7 +234,7 @@ def test_unavailable_cuda_device_is_one_usage_line(capsys):
 
 def test_device_and_dtype_reach_the_loaded_target(tmp_path):
     from spec_adapters.app.cli import build_parser
-    from spec_adapters.app.cmd_setup import target_from_args
+    from spec_adapters.app.cli.common import target_from_args
     from tests.spec_adapters.bench_fixtures import make_target_folder
 
     folder = make_target_folder(tmp_path)
