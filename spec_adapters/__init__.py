@@ -5,8 +5,8 @@ its light helpers (``spec_adapters.hf.models``, ``spec_adapters.app.domains``) d
 or
 the decoders until a name is used::
 
-    from spec_adapters import HedgeSpecDecoder, NGramDrafter   # single-draft decoder
-    from spec_adapters.eagle import HedgeSpecDecoder as EagleDecoder, TreeConfig
+    from spec_adapters import HedgeSpecDecoder, NGramDrafter   # drafters or EAGLE heads
+    from spec_adapters.eagle import EagleHead, TreeConfig
 
 See docs/architecture.md.
 """

@@ -14,7 +14,8 @@ from __future__ import annotations
 from spec_adapters.lazy import lazy_exports
 
 _EXPORTS = {"GenerateOutput": "loop", "RoundInfo": "loop", "HedgeSpecDecoder": "chain",
-            "generate": "custom_generate", "HedgeSpecGenerateOutput": "custom_generate"}
+            "generate": "custom_generate", "HedgeSpecGenerateOutput": "custom_generate",
+            "PolicySettings": "settings"}
 
 __all__ = sorted(_EXPORTS)
 

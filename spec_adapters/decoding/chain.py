@@ -32,6 +32,8 @@ from spec_adapters.core.position_stats import position_stats
 from spec_adapters.core.proposal import PointMass, Proposal, Rows, as_rows, warp
 from spec_adapters.core.sampling import SamplingConfig, speculative_accept
 from spec_adapters.decoding.loop import GenerateOutput, Query, RoundLoop, Verdict
+from spec_adapters.decoding.schemes import scheme_builder
+from spec_adapters.decoding.settings import PolicySettings
 from spec_adapters.drafters import Drafter, as_drafter, check_vocab, expand_drafters
 from spec_adapters.drafters.base import GREEDY_VERB
 from spec_adapters.hf.target import TargetModel
@@ -202,7 +204,12 @@ def _describe(x) -> str:
 
 
 class HedgeSpecDecoder(RoundLoop):
-    """Lossless single-draft speculative decoding with online drafter selection.
+    """Lossless speculative decoding with online drafter selection: the one decoder.
+
+    A pool of :class:`~spec_adapters.drafters.Drafter` objects runs single drafts
+    (:class:`ChainScheme`); a pool of EAGLE heads runs draft trees (the scheme
+    :mod:`spec_adapters.eagle` registers, :mod:`spec_adapters.decoding.schemes`);
+    ``spec_adapters.eagle.HedgeSpecDecoder`` is this class.
 
     Parameters
     ----------
@@ -214,49 +221,63 @@ class HedgeSpecDecoder(RoundLoop):
         :class:`~spec_adapters.drafters.StackedHFDrafters` groups (expanded into their members,
         evaluated in one batched pass); all share the target's vocabulary. Each slot needs its
         own object: the same object twice is refused (it would share its context between two
-        slots).
-    draft_length : int, default 5
-        ``K >= 1`` tokens drafted per round.
-    policy : str or learner, default "normalhedge"
-        See :func:`spec_adapters.selection.policies.make_policy`; also ``"oracle"`` (runs
-        every drafter fixed and returns the run with the best mean accepted tokens; for benchmarks).
-    loss : {"eal", "tap"}, default "eal"
-        Expected-acceptance-length or token-acceptance-probability loss (Theorem 3).
-    delay : {"onarrival", "qpmd", "bold"}, default "onarrival"
-        Delayed-feedback reduction around full-information learners (see
-        :mod:`spec_adapters.selection.policies` for the choice).
-    carry_state : bool, default False
-        Keep the learner's state across ``generate`` calls instead of resetting it per query.
-    cost_aware : bool, default False
-        Also learn the draft length: experts ``(drafter, k)``, ``k = 0 .. K``, with the
-        time-per-token loss from step costs measured online (beyond the paper; see
-        :class:`spec_adapters.decoding.loop.RoundLoop` and docs/theory.md).
+        slots). Or :class:`~spec_adapters.eagle.EagleHead` objects, every one trained for
+        ``target``. Not both kinds in one pool.
+    draft_length : int, optional
+        ``K >= 1`` tokens drafted per round (the depth of a tree); default 5, for heads
+        ``tree.depth``.
+    tree : TreeConfig, optional
+        EAGLE heads only: the draft tree (default ``TreeConfig(depth=draft_length)``: top_k 8,
+        48 tokens).
+    batched : bool, default True
+        EAGLE heads only: evaluate same-architecture heads in one vmapped call.
+    **settings
+        The fields of :class:`~spec_adapters.decoding.loop.PolicySettings`: ``policy``,
+        ``loss``, ``delay``, ``carry_state``, ``cost_aware`` (single drafts only).
 
     Notes
     -----
     ``generate(input_ids, max_new_tokens, temperature, top_p, top_k, seed, eos_token_id,
-    streamer, on_round)`` is :meth:`spec_adapters.decoding.loop.RoundLoop.generate`.
+    streamer, on_round)`` is :meth:`spec_adapters.decoding.loop.RoundLoop.generate`. With
+    heads, ``accepted`` counts accepted tree nodes per round, ``stats["tree_nodes"]`` lists
+    the drafted tree sizes and ``stats["tree"]`` the TreeConfig.
 
     Raises
     ------
     ValueError
-        Empty drafter pool, the same drafter object in two slots, a drafter whose vocabulary
-        differs from the target's, ``K < 1``, unknown policy, loss or delay, ``cost_aware``
-        with a bandit or fixed policy.
+        Empty drafter pool, heads mixed with other drafters, the same drafter object in two
+        slots, a drafter whose vocabulary differs from the target's, ``K < 1``, a ``tree``
+        for single drafts or one whose depth is not ``draft_length``, an unknown setting,
+        policy, loss or delay, ``cost_aware`` with a bandit or fixed policy or with heads.
     """
 
-    def __init__(self, target, drafters, draft_length: int = 5, policy="normalhedge",
-                 loss: str = "eal", delay: str = "onarrival", carry_state: bool = False,
-                 cost_aware: bool = False) -> None:
-        if isinstance(draft_length, bool) or not isinstance(draft_length, int | np.integer) \
-                or draft_length < 1:
-            raise ValueError(f"draft_length (K) must be an integer >= 1, got {draft_length!r}")
-        drafters = expand_drafters([] if drafters is None else list(drafters))
+    def __init__(self, target, drafters, draft_length: int | None = None, *, tree=None,
+                 batched: bool = True, **settings) -> None:
+        policy = PolicySettings.of(**settings)
+        drafters = [] if drafters is None else list(drafters)
         if not drafters:
             raise ValueError("empty drafter pool: pass at least one drafter")
+        build = scheme_builder(drafters)
+        if build is not None:
+            scheme = build(target, drafters, draft_length, tree, batched)
+            if policy.cost_aware:
+                raise ValueError("cost_aware=True is for single drafts: a tree's verification "
+                                 "cost is not a function of a draft length")
+        else:
+            if tree is not None:
+                raise ValueError("tree= applies to EAGLE heads; single drafts take "
+                                 "draft_length")
+            scheme = self._chain(target, drafters, 5 if draft_length is None else draft_length)
+        self.drafters = list(scheme.drafters)
+        super().__init__(scheme, policy)
+
+    @staticmethod
+    def _chain(target, drafters: list, k) -> ChainScheme:
+        if isinstance(k, bool) or not isinstance(k, int | np.integer) or k < 1:
+            raise ValueError(f"draft_length (K) must be an integer >= 1, got {k!r}")
+        drafters = expand_drafters(drafters)
         _check_distinct(drafters)
         target = target if isinstance(target, TargetModel) else TargetModel(target)
-        self.drafters = [as_drafter(d, i) for i, d in enumerate(drafters)]
-        check_vocab(self.drafters, target.vocab_size)
-        super().__init__(ChainScheme(target, self.drafters, int(draft_length)), policy=policy,
-                         loss=loss, delay=delay, carry_state=carry_state, cost_aware=cost_aware)
+        drafters = [as_drafter(d, i) for i, d in enumerate(drafters)]
+        check_vocab(drafters, target.vocab_size)
+        return ChainScheme(target, drafters, int(k))

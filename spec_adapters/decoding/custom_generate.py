@@ -28,6 +28,8 @@ import sys
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from spec_adapters.decoding.settings import PolicySettings
+
 if TYPE_CHECKING:
     import torch
 
@@ -96,8 +98,8 @@ class HedgeSpecGenerateOutput:
 
 def generate(model, input_ids: torch.LongTensor, logits_processor, stopping_criteria,
              generation_config, synced_gpus: bool = False, streamer=None, *, drafters=None,
-             draft_length: int = 5, policy="normalhedge", loss: str = "eal",
-             delay: str = "onarrival", seed: int | None = None, **model_kwargs):
+             draft_length: int = 5, policy=PolicySettings.policy, loss: str = PolicySettings.loss,
+             delay: str = PolicySettings.delay, seed: int | None = None, **model_kwargs):
     """HedgeSpec decoding loop for ``model.generate(custom_generate=generate, ...)``.
 
     transformers calls this with what ``generate()`` prepared; the caller passes the HedgeSpec

@@ -41,6 +41,7 @@ import numpy as np
 import torch
 
 from spec_adapters.core.sampling import SamplingConfig
+from spec_adapters.decoding.settings import PolicySettings
 from spec_adapters.hf.target import TargetModel
 from spec_adapters.selection.book import RoundBook, Window
 from spec_adapters.selection.costs import StepCosts
@@ -293,20 +294,8 @@ class RoundLoop:
     scheme : DraftScheme
         Drafting and verification (:class:`spec_adapters.decoding.chain.ChainScheme`,
         :class:`spec_adapters.eagle.decoder.TreeScheme`).
-    policy : str or learner, default "normalhedge"
-        See :func:`spec_adapters.selection.policies.make_policy`; also ``"oracle"`` (runs every
-        drafter fixed and returns the run with the best mean accepted tokens; for benchmarks).
-    loss : {"eal", "tap"}, default "eal"
-        Expected-acceptance-length or token-acceptance-probability loss (Theorem 3).
-    delay : {"onarrival", "qpmd", "bold"}, default "onarrival"
-        Delayed-feedback reduction around full-information learners.
-    carry_state : bool, default False
-        Keep the learner's state across ``generate`` calls instead of resetting it per query.
-    cost_aware : bool, default False
-        Learn the draft length too: the experts are ``(drafter, k)``, ``k = 0 .. K``, with the
-        time-per-token loss of :mod:`spec_adapters.selection.experts` from step costs measured
-        online (kept across ``generate`` calls in :attr:`costs`). Needs a full-information
-        policy; ``False`` is the paper's acceptance-only loss (``loss``) with ``k = K``.
+    settings : PolicySettings, default ``PolicySettings()``
+        The policy, its loss, delay reduction, state carrying and cost awareness.
 
     Raises
     ------
@@ -315,9 +304,10 @@ class RoundLoop:
         ``"metasd-ucb"`` with a scheme that does not compute the block's gamma (trees).
     """
 
-    def __init__(self, scheme: DraftScheme, policy="normalhedge", loss: str = "eal",
-                 delay: str = "onarrival", carry_state: bool = False,
-                 cost_aware: bool = False) -> None:
+    def __init__(self, scheme: DraftScheme, settings: PolicySettings | None = None) -> None:
+        settings = PolicySettings() if settings is None else settings
+        policy, loss, delay = settings.policy, settings.loss, settings.delay
+        carry_state, cost_aware = settings.carry_state, settings.cost_aware
         if loss not in LOSSES:
             raise ValueError(f"unknown loss {loss!r}; expected one of {LOSSES}")
         if not isinstance(cost_aware, bool):

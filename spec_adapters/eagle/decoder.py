@@ -38,7 +38,8 @@ import torch
 
 from spec_adapters.core.acceptance import tree_acceptance
 from spec_adapters.core.sampling import tree_accept
-from spec_adapters.decoding.loop import Query, RoundLoop, Verdict
+from spec_adapters.decoding.chain import HedgeSpecDecoder
+from spec_adapters.decoding.loop import Query, Verdict
 from spec_adapters.hf.target import TargetModel
 
 from .head import EagleHead
@@ -53,7 +54,7 @@ from .tree import (
     verify_tree,
 )
 
-__all__ = ["HedgeSpecDecoder", "TreeScheme"]
+__all__ = ["HedgeSpecDecoder", "TreeScheme", "tree_scheme"]
 
 
 class TreeScheme:
@@ -74,6 +75,11 @@ class TreeScheme:
         self.target, self.pool, self.tree, self.names = target, pool, tree, names
         self.window = tree.depth
         self._sizes: list[int] = []  # drafted nodes per round of the current query
+
+    @property
+    def drafters(self) -> list[EagleHead]:
+        """The heads, in pool order."""
+        return self.pool.heads
 
     def start(self, prompt: torch.LongTensor) -> None:
         features = self.target.prefill(prompt)
@@ -158,8 +164,10 @@ class TreeScheme:
         return gamma, rho
 
 
-class HedgeSpecDecoder(RoundLoop):
-    """Lossless EAGLE tree decoding with online selection among draft heads.
+def tree_scheme(target, heads, draft_length: int | None = None, tree: TreeConfig | None = None,
+                batched: bool = True) -> TreeScheme:
+    """The :class:`TreeScheme` of a pool of heads (the builder
+    :class:`~spec_adapters.decoding.chain.HedgeSpecDecoder` calls for heads).
 
     Parameters
     ----------
@@ -168,37 +176,21 @@ class HedgeSpecDecoder(RoundLoop):
         Llama-family models in transformers >= 4.56 do).
     heads : list of EagleHead
         Non-empty; every head must have been trained for ``target`` (``ValueError``).
-    tree : TreeConfig, default ``TreeConfig()`` (depth 5, top_k 8, 48 tokens)
-    policy, loss, delay, carry_state
-        As in :class:`spec_adapters.decoding.chain.HedgeSpecDecoder` (``delay=None``: its
-        default); the round window ``K`` is ``tree.depth``.
+    draft_length : int, optional
+        The tree's depth (the round window ``K``); must equal ``tree.depth`` when both given.
+    tree : TreeConfig, optional
+        Default ``TreeConfig(depth=draft_length)`` (depth 5, top_k 8, 48 tokens by default).
     batched : bool, default True
         Evaluate same-architecture heads in one vmapped call.
-
-    Notes
-    -----
-    ``generate`` and ``out.stats`` are :class:`spec_adapters.decoding.loop.RoundLoop`'s;
-    ``accepted`` counts accepted tree nodes per round, ``stats["tree_nodes"]`` lists the drafted
-    tree sizes and ``stats["tree"]`` the TreeConfig. Every head is kept in sync every round
-    (one batched call), also for bandit / fixed policies.
     """
-
-    def __init__(self, target, heads, tree: TreeConfig | None = None, policy="normalhedge",
-                 loss: str = "eal", delay: str | None = None, carry_state: bool = False,
-                 batched: bool = True) -> None:
-        tree = TreeConfig() if tree is None else tree
-        if not isinstance(tree, TreeConfig):
-            raise ValueError(f"tree must be a TreeConfig, got {type(tree).__name__}")
-        if heads is None or len(heads) == 0:
-            raise ValueError("empty pool: pass at least one EagleHead")
-        model = target.model if isinstance(target, TargetModel) else target
-        self.pool = HeadPool(heads, model, batched=batched)
-        self.tree = tree
-        names = [h.config.extra.get("name") or f"eagle{i}" for i, h in enumerate(heads)]
-        scheme = TreeScheme(TargetModel(model, self.pool.feature_layers), self.pool, tree, names)
-        super().__init__(scheme, policy=policy, loss=loss,
-                         delay="onarrival" if delay is None else delay, carry_state=carry_state)
-
-    @property
-    def heads(self) -> list[EagleHead]:
-        return self.pool.heads
+    if tree is None:
+        tree = TreeConfig() if draft_length is None else TreeConfig(depth=draft_length)
+    if not isinstance(tree, TreeConfig):
+        raise ValueError(f"tree must be a TreeConfig, got {type(tree).__name__}")
+    if draft_length is not None and draft_length != tree.depth:
+        raise ValueError(f"draft_length={draft_length!r} differs from tree.depth={tree.depth}: "
+                         "a tree's draft length is its depth; pass one of them")
+    model = target.model if isinstance(target, TargetModel) else target
+    pool = HeadPool(heads, model, batched=batched)
+    names = [h.config.extra.get("name") or f"eagle{i}" for i, h in enumerate(heads)]
+    return TreeScheme(TargetModel(model, pool.feature_layers), pool, tree, names)

@@ -207,12 +207,12 @@ def test_on_round_reports_each_tree_round(policy):
     assert [t for r in seen for t in r.tokens] == out.sequences[0, 6:].tolist()
     assert len(st["tree_nodes"]) == len(seen) and st["tree"] == {"depth": 3, "top_k": 2,
                                                                  "total_tokens": 6}
-    assert dec.target.feature_layers == dec.pool.feature_layers  # one target, with features
+    assert dec.target.feature_layers == dec.scheme.pool.feature_layers  # one target, features
 
 
 def test_bad_input_is_a_value_error():
     target, _, heads = setup()
-    with pytest.raises(ValueError, match="empty pool"):
+    with pytest.raises(ValueError, match="empty drafter pool"):
         HedgeSpecDecoder(target, [])
     with pytest.raises(ValueError, match="trained for target"):
         HedgeSpecDecoder(make_tiny_llama(vocab_size=128), heads)
@@ -224,8 +224,14 @@ def test_bad_input_is_a_value_error():
         HedgeSpecDecoder(target, heads, tree=TreeConfig(depth=5, total_tokens=3))
     with pytest.raises(ValueError, match="tree must be a TreeConfig"):
         HedgeSpecDecoder(target, heads, tree=(5, 8, 48))
-    with pytest.raises(ValueError, match="not an EagleHead"):
+    with pytest.raises(ValueError, match=r"a pool mixing .*EagleHead.* is not supported"):
         HedgeSpecDecoder(target, [heads[0], target])
+    with pytest.raises(ValueError, match=r"differs from tree\.depth"):
+        HedgeSpecDecoder(target, heads, 4, tree=TreeConfig(depth=3))
+    with pytest.raises(ValueError, match="cost_aware=True is for single drafts"):
+        HedgeSpecDecoder(target, heads, cost_aware=True)
+    with pytest.raises(ValueError, match=r"unknown decoder setting\(s\) \['window'\]"):
+        HedgeSpecDecoder(target, heads, window=3)
     with pytest.raises(ValueError, match="unknown policy"):
         HedgeSpecDecoder(target, heads, policy="nope")
     dec = HedgeSpecDecoder(target, heads)
@@ -233,3 +239,21 @@ def test_bad_input_is_a_value_error():
         dec.generate(torch.ones(2, 3, dtype=torch.long))
     with pytest.raises(ValueError, match="temperature"):
         dec.generate(torch.ones(1, 3, dtype=torch.long), temperature=-1.0)
+
+
+def test_one_decoder_class_for_heads_and_drafters():
+    """``spec_adapters.eagle.HedgeSpecDecoder`` is the decoding package's class: the pool's kind
+    picks the scheme (trees for heads, single drafts otherwise), the defaults are one set."""
+    from spec_adapters.decoding import HedgeSpecDecoder as Decoder
+    from spec_adapters.decoding.chain import ChainScheme
+    from spec_adapters.drafters import PromptLookupDrafter
+    from spec_adapters.eagle.decoder import TreeScheme
+
+    assert HedgeSpecDecoder is Decoder
+    target, _, heads = setup()
+    trees = Decoder(target, heads)
+    chain = Decoder(target, [PromptLookupDrafter(target.config.vocab_size)])
+    assert isinstance(trees.scheme, TreeScheme) and isinstance(chain.scheme, ChainScheme)
+    assert trees.k == chain.k == 5 and trees.scheme.tree == TreeConfig()
+    with pytest.raises(ValueError, match="tree= applies to EAGLE heads"):
+        Decoder(target, [PromptLookupDrafter(target.config.vocab_size)], tree=TreeConfig())

@@ -20,6 +20,7 @@ import torch
 from onlinelearn import NormalHedge
 from onlinelearn.delayed import OnArrival
 from spec_adapters.decoding.loop import RoundLoop, Verdict
+from spec_adapters.decoding.settings import PolicySettings
 from spec_adapters.selection.book import greedy_stats
 from spec_adapters.vllm.config import ProposerConfig
 from spec_adapters.vllm.proposer import HedgeSpecProposer
@@ -133,7 +134,7 @@ class _Point:
 
 def _transformers_losses():
     policy = Scripted(ARMS)
-    loop = RoundLoop(_Scheme(), policy=policy)
+    loop = RoundLoop(_Scheme(), PolicySettings(policy=policy))
     start = len(PROMPT) + 1  # vLLM's first step samples one token before any draft
     loop.generate(torch.tensor([TRUTH[:start]]), max_new_tokens=NEW, eos_token_id=[])
     return policy
