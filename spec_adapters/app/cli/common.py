@@ -19,9 +19,9 @@ from spec_adapters.app.pool.config import PoolConfig
 from spec_adapters.eagle.train_config import TrainConfig
 from spec_adapters.vllm.pool_settings import NGramPoolSettings
 
-__all__ = ["MAX_SEED", "MAX_THREADS", "UserError", "add_cache_options", "add_pool_options",
-           "add_size_options", "add_target_options", "pool_config", "prepared_domains",
-           "require_router_package", "setup_threads", "target_from_args"]
+__all__ = ["MAX_SEED", "MAX_THREADS", "UserError", "add_cache_options", "add_command",
+           "add_pool_options", "add_size_options", "add_target_options", "pool_config",
+           "prepared_domains", "require_router_package", "setup_threads", "target_from_args"]
 
 # torch spawns every requested thread: 100000 of them exhaust memory and crash the process
 MAX_THREADS = 4 * (os.cpu_count() or 1)
@@ -201,6 +201,18 @@ def add_pool_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--eagle-steps", type=int_arg(0), default=None,
                    help="also train one EAGLE head per domain + a generalist head for this "
                         "many steps (default 0: no heads; ~1-2 s/step on 2 CPU cores)")
+
+
+def add_command(sub, name: str, func, *, help: str, description: str, domains: bool = True,
+                pool: bool = False) -> argparse.ArgumentParser:
+    """Subcommand ``name`` of ``sub`` running ``func(args)``, with the target options
+    (``--domains`` too when ``domains``) and, with ``pool``, the pool options."""
+    s = sub.add_parser(name, help=help, description=description)
+    add_target_options(s, domains)
+    if pool:
+        add_pool_options(s)
+    s.set_defaults(func=func)
+    return s
 
 
 def add_size_options(p: argparse.ArgumentParser) -> None:

@@ -10,8 +10,7 @@ from spec_adapters.app.args import float_arg, int_arg
 from spec_adapters.app.cli.common import (
     MAX_SEED,
     UserError,
-    add_pool_options,
-    add_target_options,
+    add_command,
     pool_config,
     setup_threads,
     target_from_args,
@@ -47,13 +46,13 @@ def device_arg(text: str) -> str:
 
 def add_generate(sub) -> None:
     """``hedgespec generate``."""
-    s = sub.add_parser("generate", help="stream a reply and show which drafter drafted each "
-                       "chunk",
-                       description="Decodes one prompt with HedgeSpec over the cached pool; "
-                       "each verified chunk is coloured (or prefixed with [drafter]) by the "
-                       "drafter chosen for that round.")
-    add_target_options(s)
-    add_pool_options(s)
+    s = add_command(sub, "generate", cmd_generate,
+                    help="stream a reply and show which drafter drafted each "
+                    "chunk",
+                    description="Decodes one prompt with HedgeSpec over the cached pool; "
+                    "each verified chunk is coloured (or prefixed with [drafter]) by the "
+                    "drafter chosen for that round.",
+                    pool=True)
     s.add_argument("--prompt", required=True)
     s.add_argument("--policy", default="normalhedge",
                    help="normalhedge (default), hedge, adahedge, exp3spec, ucbspec, fixed:<i>")
@@ -72,7 +71,6 @@ def add_generate(sub) -> None:
                         "otherwise [drafter] markers)")
     s.add_argument("--no-build", action="store_true",
                    help="fail instead of building a missing pool")
-    s.set_defaults(func=cmd_generate)
 
 
 class _ChunkPrinter:
