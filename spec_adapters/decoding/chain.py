@@ -73,7 +73,7 @@ class ChainScheme:
     computes_block_gamma = True  # verify fills Verdict.block_gamma when asked (MetaSD-UCB)
 
     def __init__(self, target: TargetModel, drafters: list[Drafter], k: int) -> None:
-        self.target, self.drafters, self.window = target, drafters, k
+        self.target, self.drafters, self.draft_length = target, drafters, k
         self.names = [d.name for d in drafters]
         self._synced: list[int] = []  # verified tokens each drafter has appended
 
@@ -110,8 +110,8 @@ class ChainScheme:
         block = None
         if q.block_gamma:  # MetaSD: the window's mean of gamma_j = sum_x min(p_j, q_j)
             n = tokens.numel()  # a position not drafted (abstention, context limit) counts 0
-            block = 0.0 if n == 0 else \
-                float(acceptance_probability(p[:n], dists, validate=False).sum()) / self.window
+            block = 0.0 if n == 0 else float(
+                acceptance_probability(p[:n], dists, validate=False).sum()) / self.draft_length
         return Verdict(n_accepted, [*tokens[:n_accepted].tolist(), int(nxt)], p[:n_accepted + 1],
                        drafted=int(tokens.numel()), block_gamma=block)
 

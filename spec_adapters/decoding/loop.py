@@ -208,7 +208,7 @@ class DraftScheme(Protocol):
         The target; the scheme owns its cache (prefill, verification, crop / compaction).
     names : list of str
         One name per drafter slot.
-    window : int
+    draft_length : int
         ``K``, the number of positions one round drafts (chain length, tree depth).
     computes_block_gamma : bool, optional
         ``True`` if ``verify`` fills :attr:`Verdict.block_gamma` when ``Query.block_gamma``
@@ -217,13 +217,13 @@ class DraftScheme(Protocol):
 
     target: TargetModel
     names: list[str]
-    window: int
+    draft_length: int
 
     def start(self, prompt: torch.LongTensor) -> None:
         """A new query: prefill the target and every drafter with the 1-D prompt."""
 
     def draft(self, i: int, q: Query, k: int) -> Any:
-        """Drafter ``i`` drafts up to ``k <= window`` tokens (a tree: up to depth ``k``) from
+        """Drafter ``i`` drafts up to ``k <= draft_length`` tokens (a tree: up to depth ``k``) from
         ``q.seq``, no deeper than the target's context allows; ``k = 0``: no draft."""
 
     def verify(self, draft: Any, q: Query) -> Verdict:
@@ -313,17 +313,17 @@ class RoundLoop:
         if not isinstance(cost_aware, bool):
             raise ValueError(f"cost_aware must be True or False, got {cost_aware!r}")
         self.scheme, self.target = scheme, scheme.target
-        self.k, self.loss, self.carry_state = scheme.window, loss, carry_state
+        self.draft_length, self.loss, self.carry_state = scheme.draft_length, loss, carry_state
         self.cost_aware = cost_aware
         self.oracle = isinstance(policy, str) and policy.strip().lower() == "oracle"
         self.policy_name = policy if isinstance(policy, str) else type(policy).__name__
         n = len(scheme.names)
-        arms = n_experts(n, self.k) if cost_aware and not self.oracle else n
+        arms = n_experts(n, self.draft_length) if cost_aware and not self.oracle else n
         self.policy = None if self.oracle else make_policy(policy, arms, delay)
         if cost_aware and self.policy is not None and not self.policy.full_information:
             raise ValueError(f"cost_aware=True needs a full-information policy (normalhedge, "
                              f"hedge, adahedge), got {self.policy_name!r}")
-        self.costs = StepCosts(n, self.k) if cost_aware else None
+        self.costs = StepCosts(n, self.draft_length) if cost_aware else None
         self.block_gamma = feedback_of(policy) == "block_gamma"
         if self.block_gamma and not getattr(scheme, "computes_block_gamma", False):
             raise ValueError(f"policy {self.policy_name!r} learns from the chosen drafter's "
@@ -377,7 +377,8 @@ class RoundLoop:
             limit = min(limit, self.target.max_length)
 
         def query(streamer, on_round) -> Query:
-            book = RoundBook(len(self.scheme.names), self.k, corrected=not sampling.greedy)
+            book = RoundBook(len(self.scheme.names), self.draft_length,
+                             corrected=not sampling.greedy)
             book.reset(prompt.numel())
             gen = torch.Generator(device=self.target.device)
             if seed is None:
@@ -444,10 +445,10 @@ class RoundLoop:
         if full:
             q.book.open(round_id, len(q.seq))
         if self.cost_aware and not isinstance(policy, FixedPolicy):
-            i, k = expert_of(e, self.k)
-            weights = weights.reshape(-1, self.k + 1).sum(1)
+            i, k = expert_of(e, self.draft_length)
+            weights = weights.reshape(-1, self.draft_length + 1).sum(1)
         else:
-            i, k = int(e), self.k
+            i, k = int(e), self.draft_length
         return round_id, i, k, tuple(weights.tolist())
 
     @staticmethod
@@ -468,7 +469,7 @@ class RoundLoop:
         or the chosen drafter's loss now (bandit / fixed; MetaSD-UCB: from the block gamma)."""
         if not full:
             policy.feed(round_id, block_loss(verdict.block_gamma) if q.block_gamma
-                        else bandit_loss(verdict.accepted, self.k))
+                        else bandit_loss(verdict.accepted, self.draft_length))
             return
         q.book.record(verdict.tokens, *stats)
         for window in q.book.pop_completed():
@@ -536,7 +537,7 @@ class RoundLoop:
             "total_seconds": total,
             "policy": self.policy_name,
             "drafters": list(self.scheme.names),
-            "draft_length": self.k,
+            "draft_length": self.draft_length,
             "cost_aware": self.cost_aware,
             **({"step_costs": self.costs.state_dict()} if self.costs is not None else {}),
             **self.scheme.stats(),

@@ -73,7 +73,7 @@ class TreeScheme:
     def __init__(self, target: TargetModel, pool: HeadPool, tree: TreeConfig,
                  names: list[str]) -> None:
         self.target, self.pool, self.tree, self.names = target, pool, tree, names
-        self.window = tree.depth
+        self.draft_length = tree.depth
         self._sizes: list[int] = []  # drafted nodes per round of the current query
 
     @property

@@ -54,7 +54,7 @@ def test_defaults_are_the_documented_ones(models):
     """K = 5, EAL loss, NormalHedge wrapped in OnArrival (docs/decoding.md)."""
     target, drafters = models
     dec = HedgeSpecDecoder(target, drafters)
-    assert (dec.k, dec.loss, dec.carry_state) == (5, "eal", False)
+    assert (dec.draft_length, dec.loss, dec.carry_state) == (5, "eal", False)
     assert isinstance(dec.policy, ol.OnArrival) and isinstance(dec.policy.learner, ol.NormalHedge)
 
 

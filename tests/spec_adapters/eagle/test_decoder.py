@@ -254,6 +254,6 @@ def test_one_decoder_class_for_heads_and_drafters():
     trees = Decoder(target, heads)
     chain = Decoder(target, [PromptLookupDrafter(target.config.vocab_size)])
     assert isinstance(trees.scheme, TreeScheme) and isinstance(chain.scheme, ChainScheme)
-    assert trees.k == chain.k == 5 and trees.scheme.tree == TreeConfig()
+    assert trees.draft_length == chain.draft_length == 5 and trees.scheme.tree == TreeConfig()
     with pytest.raises(ValueError, match="tree= applies to EAGLE heads"):
         Decoder(target, [PromptLookupDrafter(target.config.vocab_size)], tree=TreeConfig())

@@ -102,7 +102,7 @@ class _Scheme:
     """The stream as a transformers-loop scheme: greedy point-mass drafts, exact per-position
     argmaxes in ``evaluate``."""
 
-    target, names, window = _Target(), [f"d{i}" for i in range(N)], K
+    target, names, draft_length = _Target(), [f"d{i}" for i in range(N)], K
 
     def start(self, prompt):
         pass
