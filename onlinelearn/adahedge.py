@@ -40,18 +40,10 @@ class AdaHedge(Learner):
 
         R_T \le 2\sqrt{\frac{L^*_T (T - L^*_T)}{T}\ln N} + \frac{16}{3}\ln N + 2.
 
-    AdaHedge needs no parameter and its weights are invariant under ``l -> a l + b`` for any
-    ``a > 0`` (both :math:`\Delta` and :math:`1/\eta` scale by ``a``; shifts cancel).
-
-    Parameters
-    ----------
-    n : int
-        Number of experts, ``n >= 1``.
-
-    Notes
-    -----
-    ``update`` is O(n): one exponential of the cumulative losses (shared by the weights and the
-    old mix loss) and one for the new mix loss.
+    AdaHedge needs no parameter beyond the number of experts ``n >= 1``, and its weights are
+    invariant under ``l -> a l + b`` for any ``a > 0`` (both :math:`\Delta` and :math:`1/\eta`
+    scale by ``a``; shifts cancel). ``update`` is O(n): one exponential of the cumulative losses
+    (shared by the weights and the old mix loss) and one for the new mix loss.
     """
 
     full_information = True

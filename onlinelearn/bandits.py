@@ -104,14 +104,10 @@ class Exp3IX(Exp3):
 
     Parameters
     ----------
-    n : int
-        Number of arms ``K >= 1``.
-    eta : float, optional
-        Fixed learning rate ``> 0``. Exclusive with ``horizon``.
+    n, eta, horizon
+        As :class:`Exp3`.
     gamma : float, optional
         Fixed implicit-exploration parameter ``>= 0`` (default ``eta_t / 2``).
-    horizon : int, optional
-        Known number of rounds ``T >= 1``.
     """
 
     hyper_fields = fields(**TunedRate.hyper_fields, gamma=OrNone(Real()))
