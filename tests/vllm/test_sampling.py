@@ -2,9 +2,9 @@
 peaked next-token laws so that drafts are accepted at a temperature).
 
 One batch mixes greedy rows, seeded sampled rows and 600 unseeded sampled rows of one prompt
-(T = 0.7, top-p 0.9). Three engine starts: vLLM plain (which also decodes the greedy prompts
-alone, after the batch), the HedgeSpec proposer, and vLLM's ngram (the reference; both
-speculative runs with the project's plugin, spec_adapters/vllm/sampling_fix.py).
+(T = 0.7, top-p 0.9). Three engines, in one process: vLLM plain (which also decodes the
+greedy prompts alone, after the batch), the HedgeSpec proposer, and vLLM's ngram (the
+reference; both speculative runs with the project's plugin, spec_adapters/vllm/sampling_fix.py).
 tests/vllm/repro_mixed_batch.py shows the same batch going wrong without the plugin.
 """
 
@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 from scipy.stats import chi2_contingency
 
-from tests.vllm.engine_run import run_engine, tiny_llama
+from tests.vllm.engine_run import run_engines, tiny_llama
 
 V, GREEDY_TOKENS, LAW_TOKENS, N_LAW = 512, 32, 8, 600
 CHAT = {"temperature": 0.7, "top_p": 0.9}
@@ -51,19 +51,21 @@ def runs(tmp_path_factory):
     batch = _mixed_batch()
     n = len(batch["prompts"])
     # plain: the mixed batch at once, then the greedy prompts alone once it has finished
-    plain = run_engine({"model": model, **batch,
-                        "prompts": batch["prompts"] + GREEDY,
-                        "max_tokens": batch["max_tokens"] + [GREEDY_TOKENS] * 3,
-                        "sampling": batch["sampling"] + [{"temperature": 0.0}] * 3,
-                        "arrivals": [0] * n + [10_000] * 3}, tmp)
+    plain = {"model": model, **batch,
+             "prompts": batch["prompts"] + GREEDY,
+             "max_tokens": batch["max_tokens"] + [GREEDY_TOKENS] * 3,
+             "sampling": batch["sampling"] + [{"temperature": 0.0}] * 3,
+             "arrivals": [0] * n + [10_000] * 3}
     cfg = tmp / "hedgespec.json"
     # drafted tokens priced free, so that the rows keep drafting whatever the batch's load: the
     # law under test is the rejection rule's
     cfg.write_text(json.dumps({"pool": None, "trace": str(tmp / "trace.jsonl"),
                                "step_costs": {"step_s": 0.01, "row_s": 0.0, "draft_s": 0.0}}))
-    spec = run_engine({"model": model, **batch, "speculative_config": HEDGESPEC,
-                       "env": {"HEDGESPEC_VLLM_CONFIG": str(cfg)}}, tmp)
-    ngram = run_engine({"model": model, **batch, "speculative_config": NGRAM}, tmp)
+    plain, spec, ngram = run_engines([  # three engines, one after the other in one process
+        plain,
+        {"model": model, **batch, "speculative_config": HEDGESPEC,
+         "env": {"HEDGESPEC_VLLM_CONFIG": str(cfg)}},
+        {"model": model, **batch, "speculative_config": NGRAM}], tmp)
     return {"plain": plain["tokens"], "hedgespec": spec["tokens"], "ngram": ngram["tokens"],
             "trace": tmp / "trace.jsonl"}
 
