@@ -36,7 +36,7 @@ from pathlib import Path
 
 import torch
 
-from .target_info import target_fingerprint, target_name
+from .target_info import embedding_fingerprint, target_name
 
 __all__ = ["ARCHITECTURE", "load_eagle3", "save_eagle3"]
 
@@ -106,7 +106,7 @@ def _config(cfg: dict, target, config_class: type):
                         "narrower than its target needs its own embedding table: unsupported)")
     own = cfg.get("hedgespec") or {}
     if not problems and own.get("target_fingerprint") and \
-            own["target_fingerprint"] != target_fingerprint(target):
+            own["target_fingerprint"] != embedding_fingerprint(target):
         problems.append("embedding fingerprint differs (saved for another target)")
     if problems:
         raise ValueError("this EAGLE-3 head was trained for another target: "
@@ -127,7 +127,7 @@ def _config(cfg: dict, target, config_class: type):
         fc_norm=bool(cfg.get("fc_norm", False)),
         norm_output=bool(cfg.get("norm_output", False)),
         target_name=target_name(target),
-        target_fingerprint=target_fingerprint(target),
+        target_fingerprint=embedding_fingerprint(target),
         extra={"format": "eagle3"},
     )
 

@@ -47,13 +47,20 @@ import torch
 import torch.nn.functional as fn
 from torch import nn
 
+from .target_info import embedding_fingerprint
 from .target_info import short_name as _short_name
-from .target_info import target_fingerprint
 from .target_info import target_name as _target_name
 
-__all__ = ["FORMAT_VERSION", "EagleHead", "EagleHeadConfig", "build_draft_vocab",
-           "default_feature_layers", "rope_inv_freq", "target_fingerprint",
-           "target_hidden_features"]
+__all__ = [
+    "FORMAT_VERSION",
+    "EagleHead",
+    "EagleHeadConfig",
+    "build_draft_vocab",
+    "default_feature_layers",
+    "embedding_fingerprint",
+    "rope_inv_freq",
+    "target_hidden_features",
+]
 
 CONFIG_NAME = "eagle_config.json"
 WEIGHTS_NAME = "model.safetensors"
@@ -167,7 +174,7 @@ class EagleHeadConfig:
             rms_norm_eps=float(getattr(c, "rms_norm_eps", 1e-5)),
             rope_theta=float(rope),
             target_name=_target_name(target),
-            target_fingerprint=target_fingerprint(target),
+            target_fingerprint=embedding_fingerprint(target),
             **kw,
         )
 
@@ -353,7 +360,7 @@ class EagleHead(nn.Module):
         if c.target_name and name and name != _short_name(c.target_name):
             problems.append(f"name {name!r} != {c.target_name!r}")
         if not problems and c.target_fingerprint and \
-                target_fingerprint(target) != c.target_fingerprint:
+                embedding_fingerprint(target) != c.target_fingerprint:
             problems.append("embedding fingerprint differs (same shape, different weights)")
         if problems:
             raise ValueError(

@@ -6,10 +6,10 @@ import hashlib
 
 import torch
 
-__all__ = ["short_name", "target_fingerprint", "target_name"]
+__all__ = ["embedding_fingerprint", "short_name", "target_name"]
 
 
-def target_fingerprint(target) -> str:
+def embedding_fingerprint(target) -> str:
     """A short hash of the target's input embedding table (rounded to 1e-3), so a head cannot
     be bound to a different model that happens to share the architecture."""
     w = target.get_input_embeddings().weight.detach()
