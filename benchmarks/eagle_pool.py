@@ -30,7 +30,8 @@ from spec_adapters.app.pool.cache import load_pool
 from spec_adapters.app.pool.config import PoolConfig
 from spec_adapters.eagle import HedgeSpecDecoder, TreeConfig
 from spec_adapters.eagle.train_config import TrainConfig
-from spec_adapters.hf.models import default_cache_dir, load_target
+from spec_adapters.hf.models import load_target
+from spec_adapters.store.location import default_cache_dir
 from spec_adapters.vllm.pool_settings import NGramPoolSettings
 
 

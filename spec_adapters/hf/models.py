@@ -36,6 +36,7 @@ from pathlib import Path
 
 from spec_adapters.store.atomic import atomic_folder, build_lock, sweep
 from spec_adapters.store.integrity import CacheError, expect_digests, file_digests, verify_files
+from spec_adapters.store.location import default_cache_dir
 
 __all__ = [
     "DEFAULT_GGUF_FILE",
@@ -43,7 +44,6 @@ __all__ = [
     "DEFAULT_GGUF_WHEEL",
     "CacheError",
     "convert_gguf",
-    "default_cache_dir",
     "find_default_gguf",
     "load_target",
     "measure_target_speed",
@@ -61,11 +61,6 @@ _FORMAT_VERSION = 2  # 2: the manifest holds a SHA-256 per file
 def _offline() -> None:
     os.environ["HF_HUB_OFFLINE"] = "1"
     os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
-
-
-def default_cache_dir() -> Path:
-    """``$HEDGESPEC_CACHE`` if set, else ``./.cache`` (the repository's gitignored cache)."""
-    return Path(os.environ.get("HEDGESPEC_CACHE", ".cache")).resolve()
 
 
 def find_default_gguf() -> Path:

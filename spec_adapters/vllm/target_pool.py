@@ -13,7 +13,9 @@ import json
 import os
 from pathlib import Path
 
-__all__ = ["default_cache_dir", "loaded_target_id", "pool_folder", "target_id"]
+from spec_adapters.store.location import default_cache_dir
+
+__all__ = ["loaded_target_id", "pool_folder", "target_id"]
 
 
 def target_id(model_class: str, name: str, vocab_size: int, hidden_size: int,
@@ -44,11 +46,6 @@ def loaded_target_id(model, tokenizer) -> str:
     return target_id(type(model).__name__, name, getattr(cfg, "vocab_size", 0),
                      getattr(cfg, "hidden_size", 0), getattr(cfg, "num_hidden_layers", 0),
                      len(tokenizer))
-
-
-def default_cache_dir() -> Path:
-    """``$HEDGESPEC_CACHE``, else ``./.cache``."""
-    return Path(os.environ.get("HEDGESPEC_CACHE", ".cache"))
 
 
 def pool_folder(model_folder: str | os.PathLike, cache_dir: str | os.PathLike | None = None

@@ -27,7 +27,7 @@ from spec_adapters.app.cli.common import (
     target_from_args,
 )
 from spec_adapters.app.serve import DEFAULT_K
-from spec_adapters.hf.models import default_cache_dir
+from spec_adapters.store.location import default_cache_dir
 from spec_adapters.vllm.config import ProposerConfig
 
 __all__ = ["VLLM_BENCH_PRESETS", "add_bench_vllm", "add_serve", "cmd_bench_vllm", "cmd_serve",
