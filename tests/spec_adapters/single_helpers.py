@@ -9,6 +9,13 @@ import torch
 from tests.conftest import make_tiny_llama
 
 
+def full_logits(model, ids) -> torch.Tensor:
+    """``model``'s logits at every position of ``ids`` (a list) by one full forward pass, no
+    cache: the reference the cached paths are checked against."""
+    with torch.no_grad():
+        return model(input_ids=torch.tensor([ids])).logits[0].float()
+
+
 def perturbed(model, scale: float, seed: int):
     """A copy of ``model`` with Gaussian noise of std ``scale`` added to every weight: a drafter
     that agrees with the target often but not always."""

@@ -14,13 +14,8 @@ from spec_adapters.drafters import (
     check_vocab,
 )
 from spec_adapters.drafters.base import sample_draft
-
-from .drafter_contract import check_drafter_contract
-
-
-def _full_logits(model, ids):
-    with torch.no_grad():
-        return model(input_ids=torch.tensor([ids])).logits[0].float()
+from tests.spec_adapters.drafter_contract import check_drafter_contract
+from tests.spec_adapters.single_helpers import full_logits
 
 
 def test_extend_returns_the_logits_that_predicted_each_token(tiny_llama):
@@ -30,7 +25,7 @@ def test_extend_returns_the_logits_that_predicted_each_token(tiny_llama):
     d.start(torch.tensor(prompt))
     rows1 = d.extend(torch.tensor([5, 6, 7]))
     rows2 = d.extend(torch.tensor([8]))
-    full = _full_logits(model, [*prompt, 5, 6, 7, 8])
+    full = full_logits(model, [*prompt, 5, 6, 7, 8])
     torch.testing.assert_close(torch.cat([rows1, rows2]), full[len(prompt) - 1:-1],
                                atol=1e-5, rtol=1e-5)
 
@@ -46,13 +41,13 @@ def test_propose_samples_from_q_and_commits_nothing(tiny_llama, temperature):
     assert tokens.shape == (4,) and len(q) == 4
     # greedy: a point mass (no one-hot, no multinomial over V); sampled: dense rows
     assert isinstance(q, PointMass if sampling.greedy else Dense)
-    full = _full_logits(model, prompt + tokens.tolist())
+    full = full_logits(model, prompt + tokens.tolist())
     torch.testing.assert_close(q.dense(), sampling.probs(full[len(prompt) - 1:-1]),
                                atol=1e-5, rtol=1e-5)
     assert bool((q.prob(tokens) > 0).all())
     # nothing was committed: extending now predicts from the prompt alone
     rows = d.extend(torch.tensor([11, 12]))
-    torch.testing.assert_close(rows, _full_logits(model, [*prompt, 11, 12])[3:5],
+    torch.testing.assert_close(rows, full_logits(model, [*prompt, 11, 12])[3:5],
                                atol=1e-5, rtol=1e-5)
 
 
@@ -75,7 +70,7 @@ def test_hf_drafters_keep_the_protocol_and_models_are_wrapped(tiny_llama):
     check_drafter_contract(wrapped, [1, 9, 17, 4], 64)
     wrapped.start(torch.tensor([1, 9, 17]))
     torch.testing.assert_close(wrapped.extend(torch.tensor([4, 5])),
-                               _full_logits(models[0], [1, 9, 17, 4, 5])[2:4],
+                               full_logits(models[0], [1, 9, 17, 4, 5])[2:4],
                                atol=1e-5, rtol=1e-5)
     assert as_drafter(wrapped, 0) is wrapped
     with pytest.raises(ValueError, match=r"drafters\[1\]"):

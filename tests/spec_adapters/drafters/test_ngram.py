@@ -15,8 +15,7 @@ from spec_adapters.core.proposal import PointMass, Sparse, warp
 from spec_adapters.core.sampling import SamplingConfig
 from spec_adapters.drafters.ngram import NGramDrafter, PromptLookupDrafter
 from spec_adapters.selection.ngram_kernel import context_keys
-
-from .drafter_contract import check_drafter_contract
+from tests.spec_adapters.drafter_contract import check_drafter_contract
 
 torch.set_num_threads(1)
 GREEDY = SamplingConfig(temperature=0.0)

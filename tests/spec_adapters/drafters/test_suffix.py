@@ -15,9 +15,8 @@ from spec_adapters.core.sampling import SamplingConfig
 from spec_adapters.decoding.chain import HedgeSpecDecoder
 from spec_adapters.drafters import PromptLookupDrafter, SuffixDrafter
 from spec_adapters.drafters.suffix import SuffixIndex, SuffixRule
+from tests.spec_adapters.drafter_contract import check_drafter_contract
 from tests.spec_adapters.single_helpers import chi2_pvalue, exact_continuations, pool
-
-from .drafter_contract import check_drafter_contract
 
 torch.set_num_threads(1)
 GREEDY = SamplingConfig(temperature=0.0)

@@ -6,11 +6,7 @@ import pytest
 import torch
 
 from spec_adapters.hf.target import TargetModel
-
-
-def _full_logits(model, ids):
-    with torch.no_grad():
-        return model(input_ids=torch.tensor([ids])).logits[0].float()
+from tests.spec_adapters.single_helpers import full_logits
 
 
 def test_verify_after_crop_equals_full_forward(tiny_llama):
@@ -23,7 +19,7 @@ def test_verify_after_crop_equals_full_forward(tiny_llama):
     for n_keep in (2, 0, 4):  # accept 2 of 4 drafts, then 0 of 4, then all 4
         drafts = torch.randint(3, 64, (4,), generator=g)
         logits = target.verify(torch.tensor([seq[-1]]), drafts)
-        ref = _full_logits(model, seq + drafts.tolist())[len(seq) - 1:]
+        ref = full_logits(model, seq + drafts.tolist())[len(seq) - 1:]
         torch.testing.assert_close(logits, ref, atol=1e-5, rtol=1e-5)
         target.crop(len(seq) + n_keep)
         seq = seq + drafts[:n_keep].tolist() + [5]  # + the resampled token
@@ -58,4 +54,4 @@ def test_single_token_prompt_has_empty_cache(tiny_llama):
     target.prefill(torch.tensor([7]))
     assert target.cached_length == 0
     logits = target.verify(torch.tensor([7]), torch.tensor([9]))
-    torch.testing.assert_close(logits, _full_logits(model, [7, 9]), atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(logits, full_logits(model, [7, 9]), atol=1e-5, rtol=1e-5)
