@@ -15,18 +15,9 @@ from __future__ import annotations
 import torch
 
 from spec_adapters.core.proposal import Rows, check_distribution, target_and_draft
+from spec_adapters.core.proposal.rows import broadcast_lead
 
 __all__ = ["acceptance_probability", "greedy_tree_acceptance", "tree_acceptance"]
-
-
-def _broadcast_lead(name_a: str, a: torch.Size, name_b: str, b: torch.Size) -> torch.Size:
-    try:
-        return torch.broadcast_shapes(a, b)
-    except RuntimeError:
-        raise ValueError(
-            f"{name_a} {tuple(a)} and {name_b} {tuple(b)} have leading (batch) "
-            "dimensions that do not broadcast"
-        ) from None
 
 
 def acceptance_probability(
@@ -68,7 +59,7 @@ def acceptance_probability(
     Dense ``q``: O(prod(shape)) time, materialises the broadcast ``min`` once.
     """
     q = target_and_draft(p, q, validate)
-    _broadcast_lead("p", p.shape[:-1], "q", q.lead)
+    broadcast_lead(p.shape[:-1], q.lead, ("p", "q"))
     return q.to(p.device).overlap(p).clamp_(0.0, 1.0)
 
 
@@ -96,7 +87,7 @@ def _kept_mask(p: torch.Tensor, children: torch.Tensor, mask: torch.Tensor | Non
     kept = children[mask]
     if kept.numel() and (int(kept.min()) < 0 or int(kept.max()) >= V):
         raise ValueError(f"children has kept token ids outside [0, {V})")
-    lead = _broadcast_lead("p", p.shape[:-1], "children", children.shape[:-1])
+    lead = broadcast_lead(p.shape[:-1], children.shape[:-1], ("p", "children"))
     return lead, children.to(p.device), mask.to(p.device)
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from spec_adapters.core.proposal.rows import Rows, _gather, _lead, check_distribution
+from spec_adapters.core.proposal.rows import Rows, broadcast_lead, check_distribution, gather_rows
 
 __all__ = ["Dense"]
 
@@ -20,8 +20,8 @@ class Dense(Rows):
         return self.probs.shape[:-1]
 
     def prob(self, tokens: torch.Tensor) -> torch.Tensor:
-        lead = _lead(self.lead, tokens.shape)
-        return _gather(self.probs, lead, tokens.to(self.probs.device).expand(lead).unsqueeze(-1)
+        lead = broadcast_lead(self.lead, tokens.shape)
+        return gather_rows(self.probs, lead, tokens.to(self.probs.device).expand(lead).unsqueeze(-1)
                        ).squeeze(-1)
 
     def overlap(self, p: torch.Tensor) -> torch.Tensor:

@@ -9,7 +9,7 @@ import torch
 
 from spec_adapters.core.proposal.dense import Dense
 from spec_adapters.core.proposal.point import PointMass
-from spec_adapters.core.proposal.rows import Rows, _pad, check_distribution
+from spec_adapters.core.proposal.rows import Rows, check_distribution, pad_last
 from spec_adapters.core.proposal.sparse import Base, Sparse
 
 if TYPE_CHECKING:
@@ -123,8 +123,8 @@ def _join(rows: list[Rows], stack: bool) -> Rows:
         base = first.base
     else:
         raise ValueError("sparse rows joined along positions must share one base")
-    return Sparse(join([_pad(r.support, width, -1) for r in rows]),
-                  join([_pad(r.values, width, 0.0) for r in rows]),
+    return Sparse(join([pad_last(r.support, width, -1) for r in rows]),
+                  join([pad_last(r.values, width, 0.0) for r in rows]),
                   join([r.lam for r in rows]), base)
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from spec_adapters.core.proposal.rows import Rows, _gather, _lead
+from spec_adapters.core.proposal.rows import Rows, broadcast_lead, gather_rows
 
 __all__ = ["PointMass"]
 
@@ -33,9 +33,9 @@ class PointMass(Rows):
         return (self.tokens == tokens.to(self.tokens.device)).float()
 
     def overlap(self, p: torch.Tensor) -> torch.Tensor:
-        lead = _lead(p.shape[:-1], self.lead)
+        lead = broadcast_lead(p.shape[:-1], self.lead)
         d = self.tokens.expand(lead)
-        px = _gather(p, lead, d.clamp_min(0).unsqueeze(-1)).squeeze(-1)
+        px = gather_rows(p, lead, d.clamp_min(0).unsqueeze(-1)).squeeze(-1)
         return torch.where(d >= 0, px, torch.zeros_like(px))
 
     def dense(self) -> torch.Tensor:

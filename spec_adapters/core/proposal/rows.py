@@ -7,7 +7,7 @@ from typing import NamedTuple
 
 import torch
 
-__all__ = ["Proposal", "Rows", "check_distribution"]
+__all__ = ["Proposal", "Rows", "broadcast_lead", "check_distribution", "gather_rows", "pad_last"]
 
 # Base tolerance on |sum(p) - 1| by dtype (widened by V * eps in check_distribution): it must
 # reject logits, unnormalised weights or a missing renormalisation.
@@ -60,21 +60,25 @@ def check_distribution(x: torch.Tensor, name: str) -> torch.Tensor:
     return x
 
 
-def _gather(x: torch.Tensor, lead: torch.Size, idx: torch.Tensor) -> torch.Tensor:
+def gather_rows(x: torch.Tensor, lead: torch.Size, idx: torch.Tensor) -> torch.Tensor:
     """``x[..., idx]`` with ``x`` ``(..., V)`` broadcast to ``lead`` and ``idx`` ``(*lead, S)``
     (a view is expanded, nothing V-sized is copied)."""
     return x.expand(*lead, x.shape[-1]).gather(-1, idx.expand(*lead, idx.shape[-1]))
 
 
-def _lead(a: torch.Size, b: torch.Size) -> torch.Size:
+def broadcast_lead(a: torch.Size, b: torch.Size, names: tuple[str, str] | None = None
+                   ) -> torch.Size:
+    """The broadcast of two leading (batch) shapes; ``ValueError`` (naming the two operands
+    when ``names`` are given) when they do not broadcast."""
     try:
         return torch.broadcast_shapes(a, b)
     except RuntimeError:
-        raise ValueError(f"leading (batch) dimensions {tuple(a)} and {tuple(b)} do not "
-                         "broadcast") from None
+        what = "leading (batch) dimensions" if names is None else f"{names[0]} and {names[1]}"
+        raise ValueError(f"{what} {tuple(a)} and {tuple(b)} do not broadcast") from None
 
 
-def _pad(x: torch.Tensor, width: int, value) -> torch.Tensor:
+def pad_last(x: torch.Tensor, width: int, value) -> torch.Tensor:
+    """``x`` padded with ``value`` along its last dimension to ``width``."""
     if x.shape[-1] == width:
         return x
     return torch.cat([x, x.new_full((*x.shape[:-1], width - x.shape[-1]), value)], -1)

@@ -10,7 +10,7 @@ from functools import cached_property
 import numpy as np
 import torch
 
-from spec_adapters.core.proposal.rows import Rows, _gather, _lead, _pad
+from spec_adapters.core.proposal.rows import Rows, broadcast_lead, gather_rows, pad_last
 
 __all__ = ["Base", "Sparse"]
 
@@ -80,7 +80,7 @@ class Sparse(Rows):
         self._arrays: tuple | None = (support, values, lam)
         self._numpy: tuple | None = None  # numpy rows, turned into tensors when first read
         self._top: torch.Tensor | None = None  # the argmax per row, when built from arrays
-        self._lead = lam.shape
+        self.broadcast_lead = lam.shape
         self.base, self.vocab_size = base, int(base.probs.shape[-1])
 
     @classmethod
@@ -101,7 +101,7 @@ class Sparse(Rows):
         self = cls.__new__(cls)
         self._arrays, self._numpy = None, (support, values, lam)
         self._top = torch.from_numpy(np.ascontiguousarray(top, dtype=np.int64))
-        self._lead = torch.Size([len(lam)])
+        self.broadcast_lead = torch.Size([len(lam)])
         self.base, self.vocab_size = base, int(base.probs.shape[-1])
         return self
 
@@ -139,7 +139,7 @@ class Sparse(Rows):
 
     @property
     def lead(self) -> torch.Size:
-        return self._lead
+        return self.broadcast_lead
 
     def _b(self) -> torch.Tensor:
         """The base broadcastable against ``(*lead, V)``."""
@@ -147,23 +147,23 @@ class Sparse(Rows):
 
     def prob(self, tokens: torch.Tensor) -> torch.Tensor:
         tokens = tokens.to(self.support.device)
-        lead = _lead(self.lead, tokens.shape)
+        lead = broadcast_lead(self.lead, tokens.shape)
         hit = self.support == tokens.expand(lead).unsqueeze(-1)
         on = (self.values * hit).sum(-1)
-        off = self.lam * _gather(self._b(), lead, tokens.clamp_min(0).expand(lead).unsqueeze(-1)
+        off = self.lam * gather_rows(self._b(), lead, tokens.clamp_min(0).expand(lead).unsqueeze(-1)
                                  ).squeeze(-1)
         return torch.where(hit.any(-1), on, off)
 
     def overlap(self, p: torch.Tensor) -> torch.Tensor:
         # sum_x min(p, q) = sum_{x in S} [min(p, v) - min(p, lam b)] + sum_x min(p, lam b)
-        lead = _lead(p.shape[:-1], self.lead)
+        lead = broadcast_lead(p.shape[:-1], self.lead)
         dtype = torch.promote_types(p.dtype, self.values.dtype)
         p = p.to(dtype)
         mask = self.support >= 0
         idx = self.support.clamp_min(0)
-        ps = _gather(p, lead, idx)
+        ps = gather_rows(p, lead, idx)
         lam = self.lam.to(dtype).unsqueeze(-1)
-        lam_b = lam * _gather(self._b().to(dtype), lead, idx)
+        lam_b = lam * gather_rows(self._b().to(dtype), lead, idx)
         on = ((torch.minimum(ps, self.values.to(dtype)) - torch.minimum(ps, lam_b)) * mask)
         return on.sum(-1) + torch.minimum(p, lam * self._b().to(dtype)).sum(-1)
 
@@ -188,9 +188,9 @@ class Sparse(Rows):
         if self.base.probs.dim() != 1:
             raise ValueError("Sparse.argmax needs one drafter's rows (a single base)")
         S = self.support.shape[-1]
-        support = _pad(self.support, max(S, 1), -1)  # an empty support: one padding column
+        support = pad_last(self.support, max(S, 1), -1)  # an empty support: one padding column
         mask = support >= 0
-        best_v, at = _pad(self.values, max(S, 1), 0.0).masked_fill(~mask, -1.0).max(-1)
+        best_v, at = pad_last(self.values, max(S, 1), 0.0).masked_fill(~mask, -1.0).max(-1)
         best_s = support.gather(-1, at.unsqueeze(-1)).squeeze(-1)
         top = self.base.order[0]
         off_v = self.lam * self.base.probs[top]
@@ -204,7 +204,7 @@ class Sparse(Rows):
         mask = self.support >= 0
         v = self.values.double()
         a = torch.where(mask, v.clamp_min(1e-300).log() / t, -math.inf)
-        b_s = _gather(base_t.probs.unsqueeze(-2), self.lead, self.support.clamp_min(0))
+        b_s = gather_rows(base_t.probs.unsqueeze(-2), self.lead, self.support.clamp_min(0))
         rest = 1.0 - (b_s.double() * mask).sum(-1)
         log_lam = self.lam.double().clamp_min(0).log() / t + log_scale  # -inf when lam = 0
         c = log_lam + rest.clamp_min(0).log()
@@ -226,7 +226,7 @@ class Sparse(Rows):
             raise ValueError(f"{name} has negative or non-finite sparse weights")
         mask = s >= 0
         total = (v * mask).sum(-1, dtype=torch.float64) + lam.double() * (
-            1.0 - (_gather(self._b(), self.lead, s.clamp_min(0)).double() * mask).sum(-1))
+            1.0 - (gather_rows(self._b(), self.lead, s.clamp_min(0)).double() * mask).sum(-1))
         bad = ((total - 1.0).abs() > 1e-4) & (total != 0)
         if bool(bad.any()):
             raise ValueError(f"{name}: a sparse row sums to {float(total[bad][0]):.6g}, not 1")
