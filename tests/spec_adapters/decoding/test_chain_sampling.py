@@ -59,8 +59,8 @@ def sharp_pool():
 
 
 @pytest.mark.parametrize(("policy", "warp", "n_samples"), [
-    ("normalhedge", {"temperature": 1.0, "top_k": None, "top_p": 1.0}, 600),
-    ("exp3spec", {"temperature": 0.7, "top_k": 5, "top_p": 0.9}, 400),
+    ("normalhedge", {"temperature": 1.0, "top_k": None, "top_p": 1.0}, 350),
+    ("exp3spec", {"temperature": 0.7, "top_k": 5, "top_p": 0.9}, 200),
 ])
 def test_sampled_continuations_follow_the_target_distribution(sharp_pool, policy, warp,
                                                              n_samples):
