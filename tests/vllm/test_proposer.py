@@ -15,8 +15,6 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from spec_adapters.selection.costs import StepTimeModel
-from spec_adapters.selection.point_drafters import CorpusNGram, PromptLookup, SuffixDraft
 from spec_adapters.vllm.config import ProposerConfig, load_config
 from spec_adapters.vllm.drafters import load_pool_folder
 from spec_adapters.vllm.pool_settings import NGramPoolSettings
@@ -95,80 +93,6 @@ def _proposer(tmp_path: Path, **settings) -> HedgeSpecProposer:
 
 
 # ------------------------------------------------------------------------------ drafters
-def test_prompt_lookup_copies_the_most_recent_match():
-    h = np.array([5, 6, 7, 1, 5, 6, 9, 2, 5, 6])
-    assert PromptLookup(2).draft(h, 3).tolist() == [9, 2, 5]
-    assert PromptLookup(3).draft(h, 3).tolist() == []  # [2, 5, 6] never occurred before
-    with pytest.raises(ValueError, match="n-gram size"):
-        PromptLookup(0)
-
-
-def test_corpus_ngram_follows_the_longest_context_brute_force(tmp_path):
-    rng = np.random.default_rng(3)
-    docs = [rng.integers(0, 6, size=40).tolist() for _ in range(5)]
-    _ngram_file(tmp_path, "toy", docs)
-    d = CorpusNGram.load(tmp_path / "ngram-toy.npz")
-
-    def oracle_next(ctx):  # count every (context, next) pair by hand; longest context wins
-        for n in range(min(3, len(ctx)), 0, -1):
-            counts: dict[int, int] = {}
-            for doc in docs:
-                for s in range(len(doc) - n):
-                    if doc[s:s + n] == ctx[-n:]:
-                        counts[doc[s + n]] = counts.get(doc[s + n], 0) + 1
-            if counts:
-                best = max(counts.values())
-                return min(t for t, c in counts.items() if c == best)
-        return None
-
-    for _ in range(30):
-        ctx = rng.integers(0, 6, size=5).tolist()
-        want = []
-        while len(want) < 4:
-            nxt = oracle_next(ctx + want)
-            if nxt is None:
-                break
-            want.append(nxt)
-        assert d.draft(np.array(ctx), 4).tolist() == want
-
-
-@pytest.mark.parametrize("cw", [0.5, 4.0])
-def test_corpus_ngram_with_the_request_counted_in_brute_force(tmp_path, cw):
-    """context_weight: the corpus counts plus cw times the request's own (prompt, output,
-    drafts so far), at the longest order found in either."""
-    rng = np.random.default_rng(5)
-    docs = [rng.integers(0, 6, size=30).tolist() for _ in range(3)]
-    _ngram_file(tmp_path, "toy", docs)
-    d = CorpusNGram.load(tmp_path / "ngram-toy.npz")
-    d.context_weight = cw  # as saved by NGramDrafter(context_weight=cw)
-
-    def oracle_next(h):
-        for n in range(min(3, len(h)), 0, -1):
-            counts: dict[int, float] = {}
-            for doc, w in [*((x, 1.0) for x in docs), (h, cw)]:
-                for s in range(len(doc) - n):
-                    if doc[s:s + n] == h[-n:]:
-                        counts[doc[s + n]] = counts.get(doc[s + n], 0.0) + w
-            if counts:
-                best = max(counts.values())
-                return min(t for t, c in counts.items() if c == best)
-        return None
-
-    differs = 0
-    for _ in range(40):
-        h = rng.integers(0, 9, size=int(rng.integers(2, 25))).tolist()  # 6..8: request only
-        want: list[int] = []
-        while len(want) < 4 and (nxt := oracle_next(h + want)) is not None:
-            want.append(nxt)
-        got = d.draft(np.array(h), 4).tolist()
-        assert got == want
-        d.context_weight = 0.0
-        plain = d.draft(np.array(h), 4).tolist()
-        d.context_weight = cw
-        differs += plain != got
-    assert differs  # the request's own n-grams changed some drafts
-
-
 def test_pool_folder_rejects_missing_folder_and_foreign_vocabulary(tmp_path):
     with pytest.raises(ValueError, match="does not exist"):
         load_pool_folder(tmp_path / "nope", V)
@@ -367,30 +291,6 @@ def test_memory_per_request_is_bounded(tmp_path):
 
 
 # ------------------------------------------------------------------------------ suffix memory
-def test_suffix_draft_is_the_suffix_drafters_greedy_draft_on_the_same_index():
-    import torch
-
-    from spec_adapters.core.sampling import SamplingConfig
-    from spec_adapters.drafters.suffix import SuffixDrafter
-
-    rng = np.random.default_rng(0)
-    for spec_factor in (1.0, 0.5):
-        draft = SuffixDraft(max_tokens=400, max_depth=6, spec_factor=spec_factor)
-        torch_side = SuffixDrafter(8, index=draft.index, spec_factor=spec_factor, learn=False)
-        for _ in range(30):
-            draft.commit(rng.integers(0, 8, size=int(rng.integers(1, 40))))
-            history = rng.integers(0, 8, size=int(rng.integers(1, 30)))
-            got = draft.draft(history, 4)
-            assert got.dtype == np.int64 and np.array_equal(got, draft.draft(history, 4))
-            torch_side.start(torch.from_numpy(history))
-            want = torch_side.propose(4, SamplingConfig(temperature=0.0)).tokens
-            assert got.tolist() == want.tolist()
-    fresh = SuffixDraft()
-    assert fresh.draft(np.array([1, 2, 3]), 4).tolist() == []  # nothing matches
-    fresh.commit(np.array([1, 2, 3, 4, 5, 6]))
-    assert fresh.draft(np.array([9, 2, 3]), 4).tolist() == [4, 5]  # a 2-token match: 2 tokens
-
-
 def test_suffix_memory_learns_from_finished_requests_and_stays_under_its_cap(tmp_path):
     prop = _proposer(tmp_path, pool=None, prompt_lookup=(), policy="fixed:0", idle_steps=1,
                      suffix_max_tokens=300)
@@ -465,99 +365,6 @@ def test_default_pool_is_the_folder_the_application_builds_and_is_loaded(tmp_pat
                                     "ngram-general"]
     assert proposer(pool=None).names[-1] == "suffix"
     assert proposer(cache_dir=str(tmp_path / "elsewhere")).names[-1] == "suffix"
-
-
-# ------------------------------------------------------------------------------ batch costs
-def _fitted(a: float, br: float, bd: float | None = None, seed: int = 0) -> StepTimeModel:
-    """A model fed 200 steps of a true ``a + br R + bd D`` (``bd`` None: nobody drafts)."""
-    model, rng = StepTimeModel(), np.random.default_rng(seed)
-    for _ in range(200):
-        rows = int(rng.integers(1, 17))
-        drafted = 0 if bd is None else int(rng.integers(0, 4 * rows + 1))
-        model.observe(rows, drafted, a + br * rows + (bd or 0.0) * drafted)
-    return model
-
-
-def test_step_model_tells_a_row_from_a_drafted_token_when_the_steps_do():
-    np.testing.assert_allclose(_fitted(0.02, 0.003, 0.001).coefficients(), (0.02, 0.003, 0.001),
-                               rtol=1e-2)
-    np.testing.assert_allclose(_fitted(0.01, 0.0005, 0.002).coefficients(),
-                               (0.01, 0.0005, 0.002), rtol=1e-2)
-
-
-def test_a_drafted_token_is_priced_like_a_row_until_the_steps_show_otherwise():
-    a, br, bd = _fitted(0.02, 0.003).coefficients()  # D = 0 in every step
-    np.testing.assert_allclose((a, br), (0.02, 0.003), rtol=1e-6)
-    assert bd == pytest.approx(br, rel=1e-6)
-    one = StepTimeModel().observe(4, 0, 0.05)  # one kind of step: only T(4, 0) is known
-    assert one(4, 0) == pytest.approx(0.05, rel=1e-6)
-    assert StepTimeModel().coefficients() == (0.0, 0.0, 0.0)
-
-
-def test_a_fixed_step_model_ignores_the_steps_and_bad_input_is_named():
-    model = StepTimeModel(fixed=(0.01, 0.002, 0.5)).observe(3, 2, 9.0)
-    assert model.coefficients() == (0.01, 0.002, 0.5) and model.draft_seconds() == 0.5
-    # a drafted token is priced no lower than a row (the fitted split is kept for the costs)
-    cheap = StepTimeModel(fixed=(0.01, 0.004, 0.001))
-    assert cheap.draft_seconds() == 0.004
-    np.testing.assert_allclose(cheap.expert_costs(1, 2), [0.014, 0.015, 0.016])
-    with pytest.raises(ValueError, match="need rows >= 1, drafted >= 0"):
-        StepTimeModel().observe(0, 0, 0.1)
-    with pytest.raises(ValueError, match="fixed must be three finite seconds >= 0"):
-        StepTimeModel(fixed=(0.1, -1.0, 0.0))
-
-
-def test_expert_costs_split_the_whole_step_among_the_batch():
-    model = _fitted(0.02, 0.003, 0.001)
-    np.testing.assert_allclose(model.expert_costs(1, 4), model(1, np.arange(5)), rtol=1e-6)
-    k = np.random.default_rng(0).integers(0, 5, size=16)
-    shares = model.expert_costs(16, 4)[k]
-    np.testing.assert_allclose(shares.sum(), model(16, np.sum(k)), rtol=1e-9)  # the step
-    with pytest.raises(ValueError, match="n_requests must be an integer >= 1"):
-        model.expert_costs(0, 4)
-
-
-@pytest.mark.parametrize(("batch", "speculates"), [(1, True), (16, False)])
-def test_speculation_switches_off_where_drafted_tokens_cost_the_batch(batch, speculates):
-    from spec_adapters.selection.experts import expert_losses
-
-    costs = StepTimeModel(fixed=(0.02, 0.002, 0.002)).expert_costs(batch, 4)
-    gamma = np.full((1, 4), 0.5)
-    al = 1 + np.concatenate([[0.0], np.cumsum(0.5 ** np.arange(1, 5))])  # by hand
-    ratio = costs / al  # seconds per token of drafting k, k = 0..4
-    assert (ratio[1:].min() < ratio[0]) == speculates
-    losses = expert_losses(gamma, costs=costs[None, :], loss="time", tau=costs[0])
-    assert (int(np.argmin(losses)) > 0) == speculates
-
-
-# ------------------------------------------------------------------------------ abstention
-def test_the_played_length_is_the_longest_that_pays_up_to_the_learners():
-    from spec_adapters.selection.abstention import expected_gains, paying_k
-
-    acc = np.array([[0.0, 0.9, 1.6, 2.0, 2.1], [0.0, 0.0, 0.0, 0.0, 0.0]])  # A(k)
-    drafted = np.array([np.arange(5.0), np.zeros(5)])  # the second drafter abstains
-    gain = expected_gains(acc, drafted, tau=0.01, draft_s=0.001)
-    np.testing.assert_allclose(gain[0], [0, 0.008, 0.014, 0.017, 0.017])  # by hand
-    assert paying_k(gain[0], 4) == 3  # the 4th token adds nothing: the shorter of the tie
-    assert paying_k(gain[0], 2) == 2  # never above the learner's
-    assert paying_k(gain[1], 4) == 0  # drafts nothing: gains nothing
-    assert expected_gains(acc, drafted, tau=0.01, draft_s=0.0095).max() == 0  # nothing pays
-
-
-def test_a_request_without_rounds_decides_from_the_streams_evidence():
-    from spec_adapters.selection.abstention import AcceptanceBook
-
-    stream, own = AcceptanceBook(2, 2), AcceptanceBook(2, 2)
-    assert own.estimate(stream, 8) is None and own.estimate(None, 8) is None
-    stream.add(np.array([[0, 1, 2], [0, 0, 0]]), np.array([[0, 1, 2], [0, 1, 1]]))
-    stream.add(np.array([[0, 1, 1], [0, 0, 0]]), np.array([[0, 1, 2], [0, 1, 1]]))
-    acc, dr = own.estimate(stream, 8)
-    np.testing.assert_allclose(acc, [[0, 1, 1.5], [0, 0, 0]])  # the stream's means
-    np.testing.assert_allclose(dr, [[0, 1, 2], [0, 1, 1]])
-    own.add(np.array([[0, 0, 0], [0, 1, 1]]), np.array([[0, 1, 2], [0, 1, 1]]))
-    acc, _dr = own.estimate(stream, 1)  # one own round against one of prior
-    np.testing.assert_allclose(acc, [[0, 0.5, 0.75], [0, 0.5, 0.5]])
-    assert own.estimate(stream, 0)[0].tolist() == [[0, 0, 0], [0, 1, 1]]  # its own alone
 
 
 def _run_pool(tmp_path: Path, **settings) -> tuple[HedgeSpecProposer, list[dict], list]:

@@ -171,8 +171,8 @@ def test_both_adapters_feed_the_same_losses_and_reach_the_same_weights(monkeypat
     assert ours.weights[0] > ours.weights[2]  # the exact rule beats the wrong one
 
 
-def test_the_selection_core_imports_no_torch():
-    code = ("import sys, spec_adapters.selection; "
+def test_the_selection_core_and_the_vllm_proposer_import_no_torch():
+    code = ("import sys, spec_adapters.selection, spec_adapters.vllm.proposer; "
             "bad = [m for m in ('torch', 'transformers', 'vllm') if m in sys.modules]; "
             "assert not bad, bad")
     subprocess.run([sys.executable, "-c", code], check=True)

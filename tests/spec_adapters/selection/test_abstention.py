@@ -1,0 +1,33 @@
+"""Abstention: the played length is the longest that pays; a new request decides from the
+stream's evidence, its own rounds taking over."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from spec_adapters.selection.abstention import AcceptanceBook, expected_gains, paying_k
+
+
+def test_the_played_length_is_the_longest_that_pays_up_to_the_learners():
+    acc = np.array([[0.0, 0.9, 1.6, 2.0, 2.1], [0.0, 0.0, 0.0, 0.0, 0.0]])  # A(k)
+    drafted = np.array([np.arange(5.0), np.zeros(5)])  # the second drafter abstains
+    gain = expected_gains(acc, drafted, tau=0.01, draft_s=0.001)
+    np.testing.assert_allclose(gain[0], [0, 0.008, 0.014, 0.017, 0.017])  # by hand
+    assert paying_k(gain[0], 4) == 3  # the 4th token adds nothing: the shorter of the tie
+    assert paying_k(gain[0], 2) == 2  # never above the learner's
+    assert paying_k(gain[1], 4) == 0  # drafts nothing: gains nothing
+    assert expected_gains(acc, drafted, tau=0.01, draft_s=0.0095).max() == 0  # nothing pays
+
+
+def test_a_request_without_rounds_decides_from_the_streams_evidence():
+    stream, own = AcceptanceBook(2, 2), AcceptanceBook(2, 2)
+    assert own.estimate(stream, 8) is None and own.estimate(None, 8) is None
+    stream.add(np.array([[0, 1, 2], [0, 0, 0]]), np.array([[0, 1, 2], [0, 1, 1]]))
+    stream.add(np.array([[0, 1, 1], [0, 0, 0]]), np.array([[0, 1, 2], [0, 1, 1]]))
+    acc, dr = own.estimate(stream, 8)
+    np.testing.assert_allclose(acc, [[0, 1, 1.5], [0, 0, 0]])  # the stream's means
+    np.testing.assert_allclose(dr, [[0, 1, 2], [0, 1, 1]])
+    own.add(np.array([[0, 0, 0], [0, 1, 1]]), np.array([[0, 1, 2], [0, 1, 1]]))
+    acc, _dr = own.estimate(stream, 1)  # one own round against one of prior
+    np.testing.assert_allclose(acc, [[0, 0.5, 0.75], [0, 0.5, 0.5]])
+    assert own.estimate(stream, 0)[0].tolist() == [[0, 0, 0], [0, 1, 1]]  # its own alone

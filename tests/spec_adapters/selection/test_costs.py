@@ -1,0 +1,70 @@
+"""The batch step-time model: the fit tells a row from a drafted token, prices a draft like a row
+where it cannot, splits a step exactly among the batch; speculation switches off at load."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from spec_adapters.selection.costs import StepTimeModel
+from spec_adapters.selection.experts import expert_losses
+
+
+def _fitted(a: float, br: float, bd: float | None = None, seed: int = 0) -> StepTimeModel:
+    """A model fed 200 steps of a true ``a + br R + bd D`` (``bd`` None: nobody drafts)."""
+    model, rng = StepTimeModel(), np.random.default_rng(seed)
+    for _ in range(200):
+        rows = int(rng.integers(1, 17))
+        drafted = 0 if bd is None else int(rng.integers(0, 4 * rows + 1))
+        model.observe(rows, drafted, a + br * rows + (bd or 0.0) * drafted)
+    return model
+
+
+def test_step_model_tells_a_row_from_a_drafted_token_when_the_steps_do():
+    np.testing.assert_allclose(_fitted(0.02, 0.003, 0.001).coefficients(), (0.02, 0.003, 0.001),
+                               rtol=1e-2)
+    np.testing.assert_allclose(_fitted(0.01, 0.0005, 0.002).coefficients(),
+                               (0.01, 0.0005, 0.002), rtol=1e-2)
+
+
+def test_a_drafted_token_is_priced_like_a_row_until_the_steps_show_otherwise():
+    a, br, bd = _fitted(0.02, 0.003).coefficients()  # D = 0 in every step
+    np.testing.assert_allclose((a, br), (0.02, 0.003), rtol=1e-6)
+    assert bd == pytest.approx(br, rel=1e-6)
+    one = StepTimeModel().observe(4, 0, 0.05)  # one kind of step: only T(4, 0) is known
+    assert one(4, 0) == pytest.approx(0.05, rel=1e-6)
+    assert StepTimeModel().coefficients() == (0.0, 0.0, 0.0)
+
+
+def test_a_fixed_step_model_ignores_the_steps_and_bad_input_is_named():
+    model = StepTimeModel(fixed=(0.01, 0.002, 0.5)).observe(3, 2, 9.0)
+    assert model.coefficients() == (0.01, 0.002, 0.5) and model.draft_seconds() == 0.5
+    # a drafted token is priced no lower than a row (the fitted split is kept for the costs)
+    cheap = StepTimeModel(fixed=(0.01, 0.004, 0.001))
+    assert cheap.draft_seconds() == 0.004
+    np.testing.assert_allclose(cheap.expert_costs(1, 2), [0.014, 0.015, 0.016])
+    with pytest.raises(ValueError, match="need rows >= 1, drafted >= 0"):
+        StepTimeModel().observe(0, 0, 0.1)
+    with pytest.raises(ValueError, match="fixed must be three finite seconds >= 0"):
+        StepTimeModel(fixed=(0.1, -1.0, 0.0))
+
+
+def test_expert_costs_split_the_whole_step_among_the_batch():
+    model = _fitted(0.02, 0.003, 0.001)
+    np.testing.assert_allclose(model.expert_costs(1, 4), model(1, np.arange(5)), rtol=1e-6)
+    k = np.random.default_rng(0).integers(0, 5, size=16)
+    shares = model.expert_costs(16, 4)[k]
+    np.testing.assert_allclose(shares.sum(), model(16, np.sum(k)), rtol=1e-9)  # the step
+    with pytest.raises(ValueError, match="n_requests must be an integer >= 1"):
+        model.expert_costs(0, 4)
+
+
+@pytest.mark.parametrize(("batch", "speculates"), [(1, True), (16, False)])
+def test_speculation_switches_off_where_drafted_tokens_cost_the_batch(batch, speculates):
+    costs = StepTimeModel(fixed=(0.02, 0.002, 0.002)).expert_costs(batch, 4)
+    gamma = np.full((1, 4), 0.5)
+    al = 1 + np.concatenate([[0.0], np.cumsum(0.5 ** np.arange(1, 5))])  # by hand
+    ratio = costs / al  # seconds per token of drafting k, k = 0..4
+    assert (ratio[1:].min() < ratio[0]) == speculates
+    losses = expert_losses(gamma, costs=costs[None, :], loss="time", tau=costs[0])
+    assert (int(np.argmin(losses)) > 0) == speculates

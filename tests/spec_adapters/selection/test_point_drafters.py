@@ -1,0 +1,114 @@
+"""The point-mass drafters: prompt lookup, the corpus n-gram rule (brute force), the suffix draft
+(the torch suffix drafter's greedy draft on the same index)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from spec_adapters.core.sampling import SamplingConfig
+from spec_adapters.drafters.ngram import NGramDrafter
+from spec_adapters.drafters.suffix import SuffixDrafter
+from spec_adapters.selection.point_drafters import CorpusNGram, PromptLookup, SuffixDraft
+
+V = 256
+
+
+def _ngram_file(folder: Path, name: str, docs: list[list[int]]) -> None:
+    NGramDrafter.from_corpus(docs, V, order=3, name=name).save(folder / f"ngram-{name}.npz")
+
+
+def test_prompt_lookup_copies_the_most_recent_match():
+    h = np.array([5, 6, 7, 1, 5, 6, 9, 2, 5, 6])
+    assert PromptLookup(2).draft(h, 3).tolist() == [9, 2, 5]
+    assert PromptLookup(3).draft(h, 3).tolist() == []  # [2, 5, 6] never occurred before
+    with pytest.raises(ValueError, match="n-gram size"):
+        PromptLookup(0)
+
+
+def test_corpus_ngram_follows_the_longest_context_brute_force(tmp_path):
+    rng = np.random.default_rng(3)
+    docs = [rng.integers(0, 6, size=40).tolist() for _ in range(5)]
+    _ngram_file(tmp_path, "toy", docs)
+    d = CorpusNGram.load(tmp_path / "ngram-toy.npz")
+
+    def oracle_next(ctx):  # count every (context, next) pair by hand; longest context wins
+        for n in range(min(3, len(ctx)), 0, -1):
+            counts: dict[int, int] = {}
+            for doc in docs:
+                for s in range(len(doc) - n):
+                    if doc[s:s + n] == ctx[-n:]:
+                        counts[doc[s + n]] = counts.get(doc[s + n], 0) + 1
+            if counts:
+                best = max(counts.values())
+                return min(t for t, c in counts.items() if c == best)
+        return None
+
+    for _ in range(30):
+        ctx = rng.integers(0, 6, size=5).tolist()
+        want = []
+        while len(want) < 4:
+            nxt = oracle_next(ctx + want)
+            if nxt is None:
+                break
+            want.append(nxt)
+        assert d.draft(np.array(ctx), 4).tolist() == want
+
+
+@pytest.mark.parametrize("cw", [0.5, 4.0])
+def test_corpus_ngram_with_the_request_counted_in_brute_force(tmp_path, cw):
+    """context_weight: the corpus counts plus cw times the request's own (prompt, output,
+    drafts so far), at the longest order found in either."""
+    rng = np.random.default_rng(5)
+    docs = [rng.integers(0, 6, size=30).tolist() for _ in range(3)]
+    _ngram_file(tmp_path, "toy", docs)
+    d = CorpusNGram.load(tmp_path / "ngram-toy.npz")
+    d.context_weight = cw  # as saved by NGramDrafter(context_weight=cw)
+
+    def oracle_next(h):
+        for n in range(min(3, len(h)), 0, -1):
+            counts: dict[int, float] = {}
+            for doc, w in [*((x, 1.0) for x in docs), (h, cw)]:
+                for s in range(len(doc) - n):
+                    if doc[s:s + n] == h[-n:]:
+                        counts[doc[s + n]] = counts.get(doc[s + n], 0.0) + w
+            if counts:
+                best = max(counts.values())
+                return min(t for t, c in counts.items() if c == best)
+        return None
+
+    differs = 0
+    for _ in range(40):
+        h = rng.integers(0, 9, size=int(rng.integers(2, 25))).tolist()  # 6..8: request only
+        want: list[int] = []
+        while len(want) < 4 and (nxt := oracle_next(h + want)) is not None:
+            want.append(nxt)
+        got = d.draft(np.array(h), 4).tolist()
+        assert got == want
+        d.context_weight = 0.0
+        plain = d.draft(np.array(h), 4).tolist()
+        d.context_weight = cw
+        differs += plain != got
+    assert differs  # the request's own n-grams changed some drafts
+
+
+def test_suffix_draft_is_the_suffix_drafters_greedy_draft_on_the_same_index():
+    rng = np.random.default_rng(0)
+    for spec_factor in (1.0, 0.5):
+        draft = SuffixDraft(max_tokens=400, max_depth=6, spec_factor=spec_factor)
+        torch_side = SuffixDrafter(8, index=draft.index, spec_factor=spec_factor, learn=False)
+        for _ in range(30):
+            draft.commit(rng.integers(0, 8, size=int(rng.integers(1, 40))))
+            history = rng.integers(0, 8, size=int(rng.integers(1, 30)))
+            got = draft.draft(history, 4)
+            assert got.dtype == np.int64 and np.array_equal(got, draft.draft(history, 4))
+            torch_side.start(torch.from_numpy(history))
+            want = torch_side.propose(4, SamplingConfig(temperature=0.0)).tokens
+            assert got.tolist() == want.tolist()
+    fresh = SuffixDraft()
+    assert fresh.draft(np.array([1, 2, 3]), 4).tolist() == []  # nothing matches
+    fresh.commit(np.array([1, 2, 3, 4, 5, 6]))
+    assert fresh.draft(np.array([9, 2, 3]), 4).tolist() == [4, 5]  # a 2-token match: 2 tokens
