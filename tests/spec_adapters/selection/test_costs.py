@@ -1,12 +1,14 @@
-"""The batch step-time model: the fit tells a row from a drafted token, prices a draft like a row
-where it cannot, splits a step exactly among the batch; speculation switches off at load."""
+"""The round costs of one request at a time (StepCosts: interpolated, averaged, bad input
+refused unchanged, time per token) and the batch step-time model (the fit tells a row from a
+drafted token, prices a draft like a row where it cannot, splits a step exactly among the
+batch; speculation switches off at load)."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from spec_adapters.selection.costs import StepTimeModel
+from spec_adapters.selection.costs import StepCosts, StepTimeModel
 from spec_adapters.selection.experts import expert_losses
 
 
@@ -68,3 +70,44 @@ def test_speculation_switches_off_where_drafted_tokens_cost_the_batch(batch, spe
     assert (ratio[1:].min() < ratio[0]) == speculates
     losses = expert_losses(gamma, costs=costs[None, :], loss="time", tau=costs[0])
     assert (int(np.argmin(losses)) > 0) == speculates
+
+
+def test_step_costs_interpolate_and_average():
+    c = StepCosts(2, 3, alpha=0.5)
+    c.observe_target(1, 1.0).observe_target(4, 4.0)
+    np.testing.assert_allclose(c.target_curve(), [1.0, 2.0, 3.0, 4.0])
+    c.observe_target(1, 2.0)  # EMA with alpha 0.5
+    assert c.target_curve()[0] == pytest.approx(1.5)
+    c.observe_draft(0, 2, 0.2)  # 0.1 s per token; drafter 1 unmeasured -> the mean
+    c.observe_overhead(0.05)
+    rc = c.round_costs()
+    np.testing.assert_allclose(rc[0], c.target_curve() + 0.1 * np.arange(4) + 0.05)
+    np.testing.assert_allclose(rc[1], rc[0])
+    assert c.state_dict()["per_token"] == [pytest.approx(0.1), None]
+
+
+@pytest.mark.parametrize(("call", "match"), [
+    (lambda c: c.observe_target(0, 1.0), "n_tokens"),
+    (lambda c: c.observe_target(5, 1.0), "n_tokens"),
+    (lambda c: c.observe_target(1, float("nan")), "seconds"),
+    (lambda c: c.observe_draft(2, 1, 1.0), "drafter"),
+    (lambda c: c.observe_draft(0, 0, 1.0), "k must"),
+    (lambda c: c.observe_overhead(-1.0), "seconds"),
+])
+def test_step_costs_reject_bad_observations_unchanged(call, match):
+    c = StepCosts(2, 3)
+    c.observe_target(1, 1.0)
+    before = c.state_dict()
+    with pytest.raises(ValueError, match=match):
+        call(c)
+    assert c.state_dict() == before
+
+
+def test_time_per_token_accumulates_rounds():
+    c = StepCosts(1, 2)
+    assert c.time_per_token is None
+    c.observe_round(0.3, 2).observe_round(0.1, 2)
+    assert c.time_per_token == pytest.approx(0.1)
+    with pytest.raises(ValueError, match="tokens must be an integer"):
+        c.observe_round(0.1, -1)
+    assert c.state_dict()["tokens"] == 4

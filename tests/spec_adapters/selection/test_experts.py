@@ -71,37 +71,6 @@ def test_nothing_measured_falls_back_to_acceptance_only():
                                expert_losses(g, None, None, "mat"))
 
 
-def test_step_costs_interpolate_and_average():
-    c = StepCosts(2, 3, alpha=0.5)
-    c.observe_target(1, 1.0).observe_target(4, 4.0)
-    np.testing.assert_allclose(c.target_curve(), [1.0, 2.0, 3.0, 4.0])
-    c.observe_target(1, 2.0)  # EMA with alpha 0.5
-    assert c.target_curve()[0] == pytest.approx(1.5)
-    c.observe_draft(0, 2, 0.2)  # 0.1 s per token; drafter 1 unmeasured -> the mean
-    c.observe_overhead(0.05)
-    rc = c.round_costs()
-    np.testing.assert_allclose(rc[0], c.target_curve() + 0.1 * np.arange(4) + 0.05)
-    np.testing.assert_allclose(rc[1], rc[0])
-    assert c.state_dict()["per_token"] == [pytest.approx(0.1), None]
-
-
-@pytest.mark.parametrize(("call", "match"), [
-    (lambda c: c.observe_target(0, 1.0), "n_tokens"),
-    (lambda c: c.observe_target(5, 1.0), "n_tokens"),
-    (lambda c: c.observe_target(1, float("nan")), "seconds"),
-    (lambda c: c.observe_draft(2, 1, 1.0), "drafter"),
-    (lambda c: c.observe_draft(0, 0, 1.0), "k must"),
-    (lambda c: c.observe_overhead(-1.0), "seconds"),
-])
-def test_step_costs_reject_bad_observations_unchanged(call, match):
-    c = StepCosts(2, 3)
-    c.observe_target(1, 1.0)
-    before = c.state_dict()
-    with pytest.raises(ValueError, match=match):
-        call(c)
-    assert c.state_dict() == before
-
-
 @pytest.mark.parametrize(("kwargs", "match"), [
     ({"loss": "speed"}, "unknown draft-length loss"),
     ({"costs": None}, "needs the round costs"),
@@ -116,13 +85,3 @@ def test_expert_losses_reject_bad_input(kwargs, match):
     args.update(kwargs)
     with pytest.raises(ValueError, match=match):
         expert_losses(**args)
-
-
-def test_time_per_token_accumulates_rounds():
-    c = StepCosts(1, 2)
-    assert c.time_per_token is None
-    c.observe_round(0.3, 2).observe_round(0.1, 2)
-    assert c.time_per_token == pytest.approx(0.1)
-    with pytest.raises(ValueError, match="tokens must be an integer"):
-        c.observe_round(0.1, -1)
-    assert c.state_dict()["tokens"] == 4
