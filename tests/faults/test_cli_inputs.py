@@ -19,20 +19,13 @@ import pytest
 from spec_adapters.app import domains as domains_module
 from spec_adapters.app.cli import build_parser, main
 from spec_adapters.app.cli.common import MAX_THREADS
-from tests.spec_adapters.bench_fixtures import make_target_folder, write_domains
-
-DOMS = "code,math,news"
+from tests.spec_adapters.app.cli.tiny_cli import tiny_world, world_args
 
 
 @pytest.fixture(scope="module")
 def tiny(tmp_path_factory):
-    """A tiny local target folder, prepared tiny domains, a token file and a plain file."""
-    import torch
-
-    torch.set_num_threads(1)
-    root = tmp_path_factory.mktemp("faults")
-    folder = make_target_folder(root)
-    write_domains(root / "cache", DOMS.split(","))
+    """The tiny CLI world (target folder, prepared domains), a token file and a plain file."""
+    root, folder = tiny_world(tmp_path_factory, "faults")
     (root / "corpus.txt").write_text(" ".join(str(7 + i % 20) for i in range(400)))
     (root / "a-file").write_text("not a folder\n")
     return root, folder
@@ -62,61 +55,50 @@ def _run_error(argv, capsys) -> str:
 
 
 # ---------------------------------------------------------------------- argparse range checks
-GENERATE_BAD = [
-    (("--max-new-tokens", "-5"), "--max-new-tokens", "must be an integer >= 1, got -5"),
-    (("--max-new-tokens", "ten"), "--max-new-tokens", "expected an integer, got 'ten'"),
-    (("--temperature", "-1"), "--temperature", "must be a finite number >= 0.0, got -1"),
-    (("--temperature", "nan"), "--temperature", "got nan"),
-    (("--temperature", "inf"), "--temperature", "got inf"),
-    (("--temperature", "1e400"), "--temperature", "got 1e400"),
-    (("--seed", "-1", "--temperature", "0.7"), "--seed", "in [0, 9223372036854775807], got -1"),
-    (("--seed", str(2**64)), "--seed", "got 18446744073709551616"),
-    (("--threads", "-1"), "--threads", f"in [1, {MAX_THREADS}], got -1"),
-    (("--threads", "0"), "--threads", "got 0"),
-    (("--threads", "100000"), "--threads", "got 100000"),
-    (("--max-train-tokens", "0"), "--max-train-tokens", "must be an integer >= 1, got 0"),
-    (("--ngram-order", "0"), "--ngram-order", "must be an integer >= 1, got 0"),
-    (("--eagle-steps", "-1"), "--eagle-steps", "must be an integer >= 0, got -1"),
-    (("--draft-length", "0"), "--draft-length", "must be an integer >= 1, got 0"),
-    (("--colour", "rainbow"), "--colour", "invalid choice"),
-    (("--domains", "code,physics"), "--domains", "unknown domain(s) 'physics'"),
-    (("--domains", "sql,sql"), "--domains", "'sql' given more than once in 'sql,sql'"),
-    (("--domains", "sql,,code"), "--domains", "empty item in 'sql,,code'"),
-    (("--domains", ""), "--domains", "empty item in ''"),
-    (("--domains", ","), "--domains", "empty item in ','"),
-]
+def _beyond(range_text: str, *values: str) -> list[tuple[str, str]]:
+    """Cases of ``values`` out of an option's range: each one's line says
+    ``<range_text>, got <value>``."""
+    return [(v, f"{range_text}, got {v}") for v in values]
 
 
-@pytest.mark.parametrize(("extra", "option", "message"), GENERATE_BAD,
-                         ids=[" ".join(c[0]) for c in GENERATE_BAD])
-def test_generate_bad_number_is_one_line(extra, option, message, capsys):
-    line = _usage_error(["generate", "--prompt", "hi", *extra], capsys, option)
-    assert message in line
+INT1, INT0 = "must be an integer >= 1", "must be an integer >= 0"
+THREADS = f"must be an integer in [1, {MAX_THREADS}]"
+# command line -> option -> (bad value, what the one error line says)
+BAD = {
+    "generate --prompt hi": {
+        "--max-new-tokens": [*_beyond(INT1, "-5"), ("ten", "expected an integer, got 'ten'")],
+        "--temperature": _beyond("must be a finite number >= 0.0", "-1", "nan", "inf", "1e400"),
+        "--seed": _beyond("must be an integer in [0, 9223372036854775807]", "-1", str(2**64)),
+        "--threads": _beyond(THREADS, "-1", "0", "100000"),
+        "--max-train-tokens": _beyond(INT1, "0"), "--ngram-order": _beyond(INT1, "0"),
+        "--eagle-steps": _beyond(INT0, "-1"), "--draft-length": _beyond(INT1, "0"),
+        "--colour": [("rainbow", "invalid choice")],
+        "--domains": [("code,physics", "unknown domain(s) 'physics'"),
+                      ("sql,sql", "'sql' given more than once in 'sql,sql'"),
+                      ("sql,,code", "empty item in 'sql,,code'"), ("", "empty item in ''"),
+                      (",", "empty item in ','")],
+    },
+    "bench-vllm": {
+        "--concurrencies": [("1,1", "given more than once"), ("1,,4", "empty item in '1,,4'"),
+                            ("01,1", "given more than once")],
+        "--methods": [("plain,plain", "'plain' given more than once"), ("", "empty item in ''")],
+    },
+    "train-drafters": {"--domains": [("sql,sql", "given more than once")],
+                       "--extra-shards": _beyond(INT0, "-1")},
+    "prepare-data": {"--n-prompts": _beyond(INT1, "-1")},
+    "bench": {"--queries-per-domain": _beyond(INT1, "0"), "--max-new-tokens": _beyond(INT1, "0"),
+              "--draft-length": _beyond(INT1, "-2"), "--preset": [("huge", "invalid choice")]},
+    "demo": {"--queries-per-domain": _beyond(INT1, "0"), "--max-new-tokens": _beyond(INT1, "-1"),
+             "--threads": _beyond(THREADS, "100000")},
+}
+BAD_CASES = [(command, option, value, message) for command, options in BAD.items()
+             for option, cases in options.items() for value, message in cases]
 
 
-OTHER_BAD = [
-    (["bench-vllm", "--concurrencies", "1,1"], "--concurrencies", "given more than once"),
-    (["bench-vllm", "--concurrencies", "1,,4"], "--concurrencies", "empty item in '1,,4'"),
-    (["bench-vllm", "--concurrencies", "01,1"], "--concurrencies", "given more than once"),
-    (["bench-vllm", "--methods", "plain,plain"], "--methods", "'plain' given more than once"),
-    (["bench-vllm", "--methods", ""], "--methods", "empty item in ''"),
-    (["train-drafters", "--domains", "sql,sql"], "--domains", "given more than once"),
-    (["prepare-data", "--n-prompts", "-1"], "--n-prompts", "got -1"),
-    (["train-drafters", "--extra-shards", "-1"], "--extra-shards", "got -1"),
-    (["bench", "--queries-per-domain", "0"], "--queries-per-domain", "got 0"),
-    (["bench", "--max-new-tokens", "0"], "--max-new-tokens", "got 0"),
-    (["bench", "--draft-length", "-2"], "--draft-length", "got -2"),
-    (["bench", "--preset", "huge"], "--preset", "invalid choice"),
-    (["demo", "--queries-per-domain", "0"], "--queries-per-domain", "got 0"),
-    (["demo", "--max-new-tokens", "-1"], "--max-new-tokens", "got -1"),
-    (["demo", "--threads", "100000"], "--threads", "got 100000"),
-]
-
-
-@pytest.mark.parametrize(("argv", "option", "message"), OTHER_BAD,
-                         ids=[" ".join(c[0]) for c in OTHER_BAD])
-def test_other_commands_bad_number_is_one_line(argv, option, message, capsys):
-    assert message in _usage_error(argv, capsys, option)
+@pytest.mark.parametrize(("command", "option", "value", "message"), BAD_CASES,
+                         ids=[f"{c} {o} {v}" for c, o, v, _ in BAD_CASES])
+def test_bad_option_value_is_one_line(command, option, value, message, capsys):
+    assert message in _usage_error([*command.split(), option, value], capsys, option)
 
 
 TRAIN_HEAD_BAD = [
@@ -246,19 +228,16 @@ def _bad_targets(root: Path, good: Path) -> dict[str, Path]:
 def test_target_that_does_not_load_is_one_line_naming_it(kind, tiny, capsys):
     root, good = tiny
     path = _bad_targets(root, good)[kind]
-    line = _run_error(["train-drafters", "--target", str(path), "--cache-dir",
-                       str(root / "cache"), "--threads", "1", "--domains", "code"], capsys)
+    line = _run_error(["train-drafters", *world_args(tiny, "code", target=path)], capsys)
     assert f"cannot load the target {path}" in line
 
 
 # ---------------------------------------------------------------------- data-dependent errors
 def test_prompt_longer_than_the_context(tiny, capsys):
-    root, folder = tiny
     prompt = " ".join(["def"] * 12_000)  # the tiny target's context is 512 tokens
-    line = _run_error(["generate", "--target", str(folder), "--cache-dir", str(root / "cache"),
-                       "--threads", "1", "--domains", DOMS, "--max-train-tokens", "2000",
-                       "--distilled-tokens", "0",
-                       "--prompt", prompt, "--colour", "never"], capsys)
+    line = _run_error(["generate", *world_args(tiny), "--max-train-tokens", "2000",
+                       "--distilled-tokens", "0", "--prompt", prompt, "--colour", "never"],
+                      capsys)
     assert line.startswith("hedgespec: error: --prompt: prompt of 12002 tokens is longer than "
                            "the target's context")
 
@@ -281,13 +260,12 @@ def test_corrupt_cache_that_cannot_be_rebuilt(command, loader, tiny, capsys, mon
     gone) is one line naming the file, not a traceback."""
     from spec_adapters.store import CacheError
 
-    root, folder = tiny
+    root, _ = tiny
 
     def corrupt(*args, **kwargs):
         raise CacheError(f"{root}/cache/domains/code/train.jsonl does not match its checksum")
 
     monkeypatch.setattr(domains_module, loader, corrupt)
-    line = _run_error([command, "--target", str(folder), "--cache-dir", str(root / "cache"),
-                       "--threads", "1", "--domains", "code"], capsys)
+    line = _run_error([command, *world_args(tiny, "code")], capsys)
     assert line == (f"hedgespec: error: {root}/cache/domains/code/train.jsonl does not match "
                     "its checksum")

@@ -7,33 +7,24 @@ from __future__ import annotations
 import json
 
 import pytest
-import torch
 
 from spec_adapters.app.cli import build_parser, main
-from tests.spec_adapters.bench_fixtures import make_target_folder, write_domains
+from tests.spec_adapters.app.cli.tiny_cli import DOMS, tiny_world, world_args
 
 COMMANDS = ("demo", "prepare-data", "distill", "train-drafters", "train-head", "bench",
             "generate")
-DOMS = "code,math,news"
 
 
 @pytest.fixture(scope="module")
 def tiny(tmp_path_factory):
-    torch.set_num_threads(1)
-    root = tmp_path_factory.mktemp("cli")
-    folder = make_target_folder(root)
-    write_domains(root / "cache", DOMS.split(","))
-    common = ["--target", str(folder), "--cache-dir", str(root / "cache"), "--threads", "1",
-              "--domains", DOMS]
-    assert main(["distill", *common, "--engine", "transformers", "--tokens-per-domain", "6",
-                 "--max-new-tokens", "4", "--batch-size", "2"]) == 0
-    return root, folder
+    world = tiny_world(tmp_path_factory, "cli")
+    assert main(["distill", *world_args(world), "--engine", "transformers",
+                 "--tokens-per-domain", "6", "--max-new-tokens", "4", "--batch-size", "2"]) == 0
+    return world
 
 
 def _args(tiny, *extra):
-    root, folder = tiny
-    return ["--target", str(folder), "--cache-dir", str(root / "cache"), "--threads", "1",
-            "--domains", DOMS, "--distilled-tokens", "6", *extra]
+    return [*world_args(tiny), "--distilled-tokens", "6", *extra]
 
 
 def test_distill_prints_what_it_made_and_a_pool_of_other_settings_says_what_is_missing(
