@@ -8,6 +8,7 @@ import shutil
 from pathlib import Path
 
 import numpy as np
+import pytest
 import torch
 
 from spec_adapters.app import router as router_mod
@@ -72,3 +73,16 @@ class World:
 
 def patch_router(monkeypatch) -> None:
     monkeypatch.setattr(router_mod, "MiniLMEmbedder", KeywordEmbedder)
+
+
+def world_fixture(name: str):
+    """A module-scoped ``world`` fixture: a :class:`World` built in a fresh folder ``name``,
+    the router's MiniLM replaced by :class:`KeywordEmbedder` while it is built (in a test
+    module: ``world = world_fixture("pool-world")``)."""
+    @pytest.fixture(scope="module")
+    def world(tmp_path_factory):
+        with pytest.MonkeyPatch.context() as mp:
+            patch_router(mp)
+            yield World(tmp_path_factory.mktemp(name))
+
+    return world

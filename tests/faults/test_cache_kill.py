@@ -21,7 +21,7 @@ from spec_adapters.hf import models
 from spec_adapters.store.atomic import temporaries
 from tests.spec_adapters.hf.test_models import write_tiny_gguf
 
-from .cache_world import World, patch_router
+from .cache_world import patch_router, world_fixture
 from .test_cache_domains import DOMS, _builder, _tree
 
 
@@ -96,12 +96,7 @@ def _points(n: int, k: int) -> list[tuple[int, bool]]:
 
 
 # ------------------------------------------------------------------------------ the pool
-@pytest.fixture(scope="module")
-def world(tmp_path_factory):
-    mp = pytest.MonkeyPatch()
-    patch_router(mp)
-    yield World(tmp_path_factory.mktemp("kill-world"))
-    mp.undo()
+world = world_fixture("kill-world")
 
 
 def _empty_pool(world, dest):

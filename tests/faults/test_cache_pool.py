@@ -18,16 +18,10 @@ from spec_adapters.app.pool.cache import PoolCorruptError, load_pool
 from spec_adapters.app.pool.entries import write_sidecar
 from spec_adapters.store import integrity
 
-from .cache_world import World, config, patch_router
+from .cache_world import config, patch_router, world_fixture
 from .damage import FILE_FAULTS, overwrite_with
 
-
-@pytest.fixture(scope="module")
-def world(tmp_path_factory):
-    mp = pytest.MonkeyPatch()
-    patch_router(mp)
-    yield World(tmp_path_factory.mktemp("pool-world"))
-    mp.undo()
+world = world_fixture("pool-world")
 
 
 @pytest.fixture

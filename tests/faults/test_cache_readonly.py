@@ -20,7 +20,7 @@ from spec_adapters.hf.models import load_target
 from spec_adapters.store import CacheError
 from tests.spec_adapters.hf.test_models import write_tiny_gguf
 
-from .cache_world import World, patch_router
+from .cache_world import world_fixture
 from .damage import FILE_FAULTS
 
 _WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND
@@ -49,12 +49,7 @@ def read_only(monkeypatch):
         yield
 
 
-@pytest.fixture(scope="module")
-def world(tmp_path_factory):
-    mp = pytest.MonkeyPatch()
-    patch_router(mp)
-    yield World(tmp_path_factory.mktemp("ro-world"))
-    mp.undo()
+world = world_fixture("ro-world")
 
 
 def _snapshot(root):
