@@ -61,7 +61,7 @@ from spec_adapters.app.corpora.sources import (
     Sources,
     fetch_sources,
 )
-from spec_adapters.app.corpora.split import Split, cap_chars, pick
+from spec_adapters.app.corpora.split import Split, cap_total, pick
 from spec_adapters.app.corpora.sql import build_sql
 from spec_adapters.app.log import log as _log
 from spec_adapters.store.atomic import atomic_folder, build_lock, sweep
@@ -261,7 +261,7 @@ def _prepare_one(cache_dir, name: str, sources: Sources, n_prompts: int, n_train
     train, prompts, train_prompts, split = _BUILDERS[name](sources, n_prompts, seed)
     train_prompts = pick([t for t in train_prompts if t not in set(prompts)],
                           n_train_prompts, seed, name + ":train")
-    train = cap_chars([t for t in train if t.strip()], max_train_chars)
+    train = cap_total([t for t in train if t.strip()], max_train_chars)
     if not train or not prompts:
         raise RuntimeError(f"domain {name}: empty training text or prompt set ({split})")
     save_domain(cache_dir, Domain(name, train, prompts, train_prompts,

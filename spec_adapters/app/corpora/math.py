@@ -27,8 +27,9 @@ def _gsm_modules(wheel: Path):
     package* (its ``__init__`` imports a dozen heavy dependencies): ``reasoning_gym.utils`` is
     stdlib-only, so a stand-in package holding just that module is enough. ``sys.modules`` is
     restored afterwards."""
+    stand_ins = ("reasoning_gym", "reasoning_gym.utils")
+    saved = {k: sys.modules[k] for k in stand_ins if k in sys.modules}
     tmp = Path(tempfile.mkdtemp())
-    saved = {k: sys.modules.get(k) for k in ("reasoning_gym", "reasoning_gym.utils")}
     try:
         with zipfile.ZipFile(wheel) as z:
             names = [f for f in z.namelist() if f == "reasoning_gym/utils.py"
@@ -60,12 +61,10 @@ def _gsm_modules(wheel: Path):
                 if k.startswith("generate_") and k[9:].isdigit() and int(k[9:]) not in broken:
                     gens[int(k[9:])] = v
         yield gens
-    finally:
-        for k, v in saved.items():
-            if v is None:
-                sys.modules.pop(k, None)
-            else:
-                sys.modules[k] = v
+    finally:  # the stand-ins out, whatever they replaced back
+        for k in stand_ins:
+            sys.modules.pop(k, None)
+        sys.modules.update(saved)
         shutil.rmtree(tmp, ignore_errors=True)
 
 

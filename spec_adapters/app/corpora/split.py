@@ -7,7 +7,7 @@ from __future__ import annotations
 import hashlib
 import random
 
-__all__ = ["Split", "cap_chars", "held_out", "pick"]
+__all__ = ["Split", "cap_total", "held_out", "pick"]
 
 Split = tuple[list[str], list[str], list[str], str]
 """A builder's result: (training documents, benchmark prompts, training-side prompts, a
@@ -20,16 +20,16 @@ def held_out(key: str, fraction: float, salt: str) -> bool:
     return int.from_bytes(h[:8], "big") / 2.0**64 < fraction
 
 
-def cap_chars(docs: list[str], max_chars: int | None) -> list[str]:
-    """The first ``max_chars`` characters of ``docs`` (the last document cut); all of them for
-    ``None``."""
-    if max_chars is None:
+def cap_total(docs: list, budget: int | None) -> list:
+    """The first ``budget`` items of ``docs`` taken as one sequence (characters of strings,
+    tokens of token lists), the last document cut; all of them for ``None``."""
+    if budget is None:
         return docs
     out, total = [], 0
     for d in docs:
-        if total >= max_chars:
+        if total >= budget:
             break
-        out.append(d[: max_chars - total])
+        out.append(d[: budget - total])
         total += len(out[-1])
     return out
 

@@ -16,6 +16,7 @@ from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from spec_adapters.app.corpora.split import cap_total
 from spec_adapters.app.pool.entries import Entry, write_sidecar
 from spec_adapters.store.atomic import atomic_folder
 
@@ -58,17 +59,10 @@ def domain_tokens(domains, tokenizer, budget: int) -> dict[str, list[list[int]]]
 
 
 def mix_domains(tokens: dict[str, list[list[int]]], budget: int) -> list[list[int]]:
-    """Equal share of ``budget`` tokens from every domain (documents interleaved)."""
+    """Equal share of ``budget`` tokens from every domain (its first documents, the last one
+    cut; domain after domain)."""
     share = budget // max(1, len(tokens))
-    out = []
-    for docs in tokens.values():
-        total = 0
-        for d in docs:
-            if total >= share:
-                break
-            out.append(d[: share - total])
-            total += len(out[-1])
-    return out
+    return [d for docs in tokens.values() for d in cap_total(docs, share)]
 
 
 def token_window(docs: list[list[int]], budget: int, skip: int = 0) -> list[list[int]]:
