@@ -1,5 +1,6 @@
 """argparse types shared by the command lines: each rejects a bad value with one line that
-names the allowed range (``hedgespec``, ``python -m spec_adapters.app.domains``)."""
+names the allowed range (``hedgespec``, ``python -m spec_adapters.app.domains``); and
+:func:`check_int`, the same integer check for values given in Python."""
 
 from __future__ import annotations
 
@@ -11,8 +12,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import NoReturn
 
-__all__ = ["OneLineParser", "comma_list", "distinct_list", "file_arg", "float_arg", "folder_arg",
-           "int_arg", "ints_arg", "json_object"]
+__all__ = ["OneLineParser", "check_int", "comma_list", "distinct_list", "file_arg", "float_arg",
+           "folder_arg", "int_arg", "ints_arg", "json_object"]
 
 
 # ------------------------------------------------------------------------------------------
@@ -41,6 +42,14 @@ def int_arg(lo: int, hi: int | None = None) -> Callable[[str], int]:
         return v
 
     return parse
+
+
+def check_int(name: str, value, lo: int) -> int:
+    """``value`` when it is an integer (a bool is not) ``>= lo``, else a ``ValueError`` naming
+    ``name``: :func:`int_arg`'s check for values given in Python."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < lo:
+        raise ValueError(f"{name} must be an integer >= {lo}, got {value!r}")
+    return value
 
 
 def comma_list(text: str) -> tuple[str, ...]:

@@ -24,6 +24,7 @@ import math
 
 import torch
 
+from spec_adapters.app.args import check_int
 from spec_adapters.core.warping import SamplingConfig
 
 __all__ = ["replay_fixed"]
@@ -53,8 +54,7 @@ def replay_fixed(drafter, prompt_ids: torch.LongTensor, continuation: list[int],
         A benchmark record: ``new_tokens``, ``target_calls`` (rounds), ``accepted`` per round,
         ``seconds`` (nan: not timed), ``replayed``.
     """
-    if isinstance(k, bool) or not isinstance(k, int) or k < 1:
-        raise ValueError(f"k must be an integer >= 1, got {k!r}")
+    check_int("k", k, 1)
     drafter.start(prompt_ids.view(-1))
     pos, accepted = 0, []
     while pos < len(continuation):

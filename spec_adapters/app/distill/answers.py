@@ -38,6 +38,7 @@ from pathlib import Path
 
 import numpy as np
 
+from spec_adapters.app.args import check_int
 from spec_adapters.store.atomic import atomic_folder
 from spec_adapters.store.integrity import CacheError, file_digests, verify_files
 
@@ -71,9 +72,7 @@ class DistillConfig:
 
     def __post_init__(self) -> None:
         for name in ("tokens_per_domain", "max_new_tokens", "batch_size"):
-            v = getattr(self, name)
-            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-                raise ValueError(f"{name} must be an integer >= 1, got {v!r}")
+            check_int(name, getattr(self, name), 1)
 
 
 def target_fingerprint(model, tokenizer) -> str:
