@@ -34,7 +34,7 @@ from spec_adapters.app.distill.answers import (
     answers_folder,
     load_answers,
     shipped_dir,
-    target_fingerprint,
+    weights_fingerprint,
 )
 from spec_adapters.app.domains import DOMAINS, chat_ids, load_domains
 from spec_adapters.app.pool.builders import token_window, tokenize_budget
@@ -69,7 +69,7 @@ def main() -> None:
     model, tok = load_target()
     V = output_vocab_size(model)
     folder = answers_folder(a.answers_dir, model, tok)
-    fp = target_fingerprint(model, tok)
+    fp = weights_fingerprint(model, tok)
     weights = [float(w) for w in a.weights.split(",")]
     ctxs = [float(c) for c in a.ctx.split(",")]
     domains = load_domains(a.cache_dir, DOMAINS)

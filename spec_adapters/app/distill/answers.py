@@ -19,7 +19,7 @@ and, beside it while a run is in progress, ``<out>/.<target-id>.partial/<domain>
 Resumable: every finished batch is written atomically; a run that is killed and started again
 skips the batches it has and produces the same files, byte for byte (the batches are fixed by
 the prompt order and ``batch_size``; greedy decoding of a batch is deterministic on one
-machine and thread count). The answers belong to one target: :func:`target_fingerprint`
+machine and thread count). The answers belong to one target: :func:`weights_fingerprint`
 hashes its weights and vocabulary, and :func:`load_answers` refuses a set made by another
 target, naming both (the pool then says so instead of silently using foreign answers).
 """
@@ -44,7 +44,7 @@ from spec_adapters.store.integrity import CacheError, file_digests, verify_files
 
 __all__ = ["ENGINES", "FORMAT", "DistillConfig", "answer_batch", "answers_folder", "distill",
            "load_answers", "read_token_lists", "run_batches", "save_token_lists", "shipped_dir",
-           "target_fingerprint"]
+           "weights_fingerprint"]
 
 FORMAT = 1
 _COMMAND = "hedgespec distill --engine vllm --threads 2 --out data/distilled"
@@ -75,7 +75,7 @@ class DistillConfig:
             check_int(name, getattr(self, name), 1)
 
 
-def target_fingerprint(model, tokenizer) -> str:
+def weights_fingerprint(model, tokenizer) -> str:
     """SHA-256 (16 hex) of the target's parameters (names, shapes, dtypes, bytes) and its
     vocabulary: two targets share it only if they compute the same function on the same
     tokens."""
@@ -223,7 +223,7 @@ def distill(model, tokenizer, domains: dict, out_dir: str | os.PathLike,
     folder = answers_folder(out_dir, model, tokenizer)
     work = folder.parent / f".{folder.name}.partial"
     settings = {**asdict(cfg), "engine": engine, "domains": sorted(domains),
-                "fingerprint": target_fingerprint(model, tokenizer)}
+                "fingerprint": weights_fingerprint(model, tokenizer)}
     state = work / "settings.json"
     if work.exists() and (not state.is_file() or json.loads(state.read_text()) != settings):
         shutil.rmtree(work)  # a run with other settings: its batches are not ours

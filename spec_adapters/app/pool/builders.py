@@ -169,14 +169,14 @@ def save_answers(entry: Entry, model, tokenizer, domain, cfg: PoolConfig, cache_
         load_answers,
         save_token_lists,
         shipped_dir,
+        weights_fingerprint,
     )
-    from spec_adapters.app.distill.answers import target_fingerprint as fingerprint
 
     roots = [Path(cfg.answers_dir)] if cfg.answers_dir else \
         [Path(cache_dir) / "distilled", shipped_dir()]
     folders = [answers_folder(r, model, tokenizer) for r in roots]
     folder = next((f for f in folders if (f / "manifest.json").is_file()), folders[-1])
-    answers, prompts = load_answers(folder, domain.name, fingerprint(model, tokenizer),
+    answers, prompts = load_answers(folder, domain.name, weights_fingerprint(model, tokenizer),
                                     cfg.ngram.distilled_tokens)
     held = set(domain.prompts)
     kept = [(a, p) for a, p in zip(answers, prompts, strict=True) if p not in held]

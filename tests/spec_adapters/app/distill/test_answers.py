@@ -19,7 +19,7 @@ from spec_adapters.app.distill.answers import (
     answers_folder,
     distill,
     load_answers,
-    target_fingerprint,
+    weights_fingerprint,
 )
 from spec_adapters.app.domains import Domain, chat_ids, load_domains, save_domain
 from spec_adapters.app.pool.cache import build_pool
@@ -78,7 +78,7 @@ def test_a_run_stops_each_domain_after_its_token_goal(world, tmp_path):
     m = distill(model, tok, load_domains(cache, DOMS), tmp_path, CFG, progress=False)
     folder = answers_folder(tmp_path, model, tok)
     assert m == json.loads((folder / "manifest.json").read_text())
-    assert m["target"]["fingerprint"] == target_fingerprint(model, tok)
+    assert m["target"]["fingerprint"] == weights_fingerprint(model, tok)
     for d in DOMS:
         answers, prompts = load_answers(folder, d, m["target"]["fingerprint"], 10)
         total = sum(map(len, answers))
@@ -158,7 +158,7 @@ def test_answers_of_another_target_are_refused(world, tmp_path):
     other, other_tok = load_target(make_target_folder(root / "other", seed=1), cache)
     folder = answers_folder(tmp_path, other, other_tok)
     assert folder == answers_folder(tmp_path, model, tok)  # same shape: same folder name
-    theirs, ours = target_fingerprint(model, tok), target_fingerprint(other, other_tok)
+    theirs, ours = weights_fingerprint(model, tok), weights_fingerprint(other, other_tok)
     assert theirs != ours
     with pytest.raises(CacheError, match=rf"made by another target \(fingerprint {theirs}, "
                                          rf"this target's is {ours}\).*hedgespec distill"):
@@ -193,7 +193,7 @@ def test_the_pool_leaves_out_answers_to_benchmark_prompts(world, tmp_path, capsy
     root, _, cache, model, tok = world
     distill(model, tok, load_domains(cache, DOMS), tmp_path, CFG, progress=False)
     folder = answers_folder(tmp_path, model, tok)
-    fp = target_fingerprint(model, tok)
+    fp = weights_fingerprint(model, tok)
     doms = load_domains(cache, DOMS)
     answers, prompts = load_answers(folder, "code", fp, 10)
     # the split moved: the first training prompt is now a benchmark prompt
