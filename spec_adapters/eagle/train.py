@@ -28,7 +28,7 @@ dominates. See docs/eagle.md for measured step times and the estimate for SmolLM
 
 Token files for :func:`train_head` are read by :func:`load_token_ids` (``.npy``,
 ``.safetensors`` or text; pickles are refused). The command line is ``hedgespec train-head``
-(:mod:`spec_adapters.app.cli`).
+(:func:`spec_adapters.app.cli.build.cmd_train_head`).
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 An entry built with other settings has another name, so entries of different settings coexist
 in one folder and a reader that knows the settings it wants finds exactly its own entries (the
-drafter pool: ``spec_adapters.app.pool`` writes them, the vLLM proposer reads them).
+drafter pool: ``spec_adapters.app.pool.entries`` names them, the vLLM proposer reads them).
 """
 
 from __future__ import annotations

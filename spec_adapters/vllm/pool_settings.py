@@ -1,14 +1,14 @@
 """The n-gram entries of a drafter pool: their names and the settings they are keyed by.
 
-``hedgespec train-drafters`` (``spec_adapters.app.pool``) writes every n-gram drafter as
+``hedgespec train-drafters`` (``spec_adapters.app.pool.builders``) writes every n-gram drafter as
 ``ngram-<domain>-<key>.npz`` / ``ngram-general-<key>.npz`` with a sidecar ``<entry>.json``,
 ``<key>`` a hash of the entry's settings (:func:`spec_adapters.store.keys.entry_key`). This
 module is the one definition of those settings, used by the application to write the entries
 and by the vLLM proposer to find exactly the entries of one pool among pools of other settings
 in the same folder.
 
-The defaults are those of ``spec_adapters.app.pool.PoolConfig`` (the pool ``hedgespec
-train-drafters`` builds without options); the field names are its field names.
+The defaults are those of the pool ``hedgespec train-drafters`` builds without options
+(``spec_adapters.app.pool.config.PoolConfig`` holds these settings as its ``ngram``).
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 The pool is built by the application (``hedgespec train-drafters``) for a loaded
 ``(model, tokenizer)``; vLLM hands the proposer only the model folder. :func:`target_id` is the
-one definition of the folder name, used by both (``spec_adapters.app.pool`` calls it with the
+one definition of the folder name, used by both (``spec_adapters.app.pool.cache`` calls it with the
 loaded model's numbers, :func:`pool_folder` with the same numbers read from the folder).
 """
 
