@@ -35,7 +35,7 @@ import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from spec_adapters.app.serve import find_vllm_python, server_env
+from spec_adapters.app.serve import find_vllm_python, server_env, wait_ready
 
 ROOT = Path(__file__).resolve().parents[1]
 PROMPTS = [
@@ -76,20 +76,6 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
-
-
-def wait_ready(proc: subprocess.Popen, port: int, log: Path, limit_s: float = 600) -> None:
-    deadline = time.monotonic() + limit_s
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"server exited ({proc.returncode}):\n{log.read_text()[-3000:]}")
-        try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2) as r:
-                if r.status == 200:
-                    return
-        except OSError:
-            time.sleep(1)
-    raise RuntimeError(f"server not ready after {limit_s} s")
 
 
 def run_server(cmd: list[str], env: dict, log: Path, port: int, max_tokens: int) -> dict:

@@ -42,7 +42,7 @@ from spec_adapters.vllm.config import (
 )
 
 __all__ = ["SPEC_CLASS", "check_proposer", "find_vllm_python", "proposer_config", "serve",
-           "server_command", "server_env"]
+           "server_command", "server_env", "wait_ready"]
 
 SPEC_CLASS = "spec_adapters.vllm.HedgeSpecProposer"
 ROOT = Path(__file__).resolve().parents[2]
@@ -173,6 +173,31 @@ def serve(target: Path, *, port: int, config: ProposerConfig, threads: int | Non
             signal.signal(signal.SIGTERM, previous)
             if proc.poll() is None:
                 _stop(proc)
+
+
+def wait_ready(proc: subprocess.Popen, port: int, log: Path, limit_s: float = 600) -> None:
+    """Return once the server ``proc`` started answers ``/health`` on ``port``.
+
+    Raises
+    ------
+    RuntimeError
+        The server exited (the tail of its ``log`` in the message) or is not ready after
+        ``limit_s`` seconds.
+    """
+    import time
+    import urllib.request
+
+    deadline = time.monotonic() + limit_s
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"server exited ({proc.returncode}):\n{log.read_text()[-3000:]}")
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2) as r:
+                if r.status == 200:
+                    return
+        except OSError:
+            time.sleep(0.5)
+    raise RuntimeError(f"server not ready after {limit_s} s:\n{log.read_text()[-3000:]}")
 
 
 def _raise_interrupt(signum, frame) -> None:

@@ -17,6 +17,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
+from spec_adapters.app.serve import wait_ready
 from spec_adapters.vllm.config import ENV_VAR
 from tests.vllm.engine_run import ROOT, run_engine, tiny_llama, tiny_tokenizer, vllm_env
 
@@ -28,21 +29,6 @@ def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
-
-
-def _wait_ready(proc: subprocess.Popen, port: int, log) -> None:
-    import urllib.request
-
-    deadline = time.monotonic() + START_S
-    while time.monotonic() < deadline:
-        assert proc.poll() is None, f"server exited ({proc.returncode}):\n{log.read_text()}"
-        try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2) as r:
-                if r.status == 200:
-                    return
-        except OSError:
-            time.sleep(0.5)
-    raise AssertionError(f"server not ready after {START_S} s:\n{log.read_text()}")
 
 
 def _counter(port: int, name: str) -> float:
@@ -91,7 +77,7 @@ def test_serve_under_a_mixed_concurrent_load_answers_like_plain_vllm(tmp_path):
         proc = subprocess.Popen(cmd, cwd=ROOT, env=vllm_env({ENV_VAR: str(user_cfg)}),
                                 stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
     try:
-        _wait_ready(proc, port, log)
+        wait_ready(proc, port, log, START_S)
         client = OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="none", timeout=180,
                         max_retries=0)
 
