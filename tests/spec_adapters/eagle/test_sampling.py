@@ -49,8 +49,8 @@ def _sample(dec, n_samples, n_tokens, **kw):
 
 
 @pytest.mark.parametrize(("policy", "warp", "tree", "n_samples"), [
-    ("normalhedge", dict(temperature=1.0, top_p=1.0, top_k=None), TreeConfig(2, 3, 5), 500),
-    ("exp3spec", dict(temperature=0.7, top_p=0.9, top_k=5), TreeConfig(3, 2, 4), 400),
+    ("normalhedge", dict(temperature=1.0, top_p=1.0, top_k=None), TreeConfig(2, 3, 5), 400),
+    ("exp3spec", dict(temperature=0.7, top_p=0.9, top_k=5), TreeConfig(3, 2, 4), 250),
 ])
 def test_sampled_continuations_follow_the_target_distribution(policy, warp, tree, n_samples):
     target, heads = small_pool()
