@@ -348,6 +348,20 @@ def loss_games(max_delay: int):
 games = loss_games(12)
 
 
+def play_hedge_within(game, reduction, bound):
+    """Play ``game`` through ``reduction(make_hedge)`` (fixed-eta Hedge bases) and assert its
+    regret is within ``bound(reduction, T, N, eta, missing)``, Hypothesis steered toward the
+    bound; returns the reduction, the regret and the rounds' missing-loss counts."""
+    losses, delays, eta, adaptive = game
+    T, N = losses.shape
+    dl = reduction(lambda: Hedge(N, eta=eta))
+    regret, missing, _ = delayed_game(dl, losses, delays, adaptive)
+    b = bound(dl, T, N, eta, missing)
+    target(regret - b, label=f"regret - {type(dl).__name__} bound")
+    assert regret <= b + 1e-9
+    return dl, regret, missing
+
+
 # Regret 1 with one missing loss (see test_delay_term_is_needed): kills bounds without a delay term.
 TWO_ROUND_TRAP = (np.array([[1.0, 0.0], [1.0, 0.0]]), [1, 1], math.sqrt(4 * math.log(2)), None)
 
@@ -356,14 +370,12 @@ TWO_ROUND_TRAP = (np.array([[1.0, 0.0], [1.0, 0.0]]), [1, 1], math.sqrt(4 * math
 @example(game=TWO_ROUND_TRAP)
 @given(game=games)
 def test_delayed_hedge_regret_within_bound(game):
-    losses, delays, eta, adaptive = game
+    def tight(dl, T, N, eta, missing):
+        return math.log(N) / eta + eta * T / 8.0 + tight_delay_term(eta, missing)
+
+    losses, _, eta, _ = game
     T, N = losses.shape
-    dl = OnArrival(Hedge(N, eta=eta))
-    regret, missing, _ = delayed_game(dl, losses, delays, adaptive)
-    undelayed = math.log(N) / eta + eta * T / 8.0
-    tight = undelayed + tight_delay_term(eta, missing)
-    target(regret - tight, label="regret - tight bound")
-    assert regret <= tight + 1e-9
+    _, regret, missing = play_hedge_within(game, lambda hedge: OnArrival(hedge()), tight)
     # REFERENCES.md / bounds.py form: implied, since tanh(eta d/4) <= d eta/4 <= d (e^eta - 1)/2.
     assert regret <= bounds.delayed_hedge_bound(N, T, eta, sum(missing)) + 1e-9
 
@@ -422,14 +434,11 @@ bold_games = loss_games(8)
 @given(game=bold_games)
 def test_bold_regret_within_sum_of_copy_bounds(game):
     """R_T <= sum_j R_base(T_j) + C = |pool| ln N / eta + eta T / 8 + C for fixed-eta copies."""
-    losses, delays, eta, adaptive = game
-    T, N = losses.shape
-    dl = BOLD(lambda: Hedge(N, eta=eta))
-    regret, missing, _ = delayed_game(dl, losses, delays, adaptive)
-    C = len(dl.censored)
-    bound = len(dl.pool) * math.log(N) / eta + eta * (T - C) / 8.0 + C
-    target(regret - bound, label="regret - BOLD bound")
-    assert regret <= bound + 1e-9
+    def copies(dl, T, N, eta, missing):
+        C = len(dl.censored)
+        return len(dl.pool) * math.log(N) / eta + eta * (T - C) / 8.0 + C
+
+    dl, _, missing = play_hedge_within(game, BOLD, copies)
     assert len(dl.pool) <= 1 + max(missing, default=0)
 
 

@@ -310,25 +310,22 @@ def naive_adanormalhedge(losses: np.ndarray) -> np.ndarray:
     return np.array(out)
 
 
+# learner -> (its independent reference above, the loss entries drawn for it, rtol)
+REFERENCES = {
+    "AdaHedge": (ol.AdaHedge, naive_adahedge, unit, 1e-9),
+    "NormalHedge": (ol.NormalHedge, naive_normalhedge, unit_no_tiny, 1e-8),
+    "AdaNormalHedge": (ol.AdaNormalHedge, naive_adanormalhedge, unit, 1e-9),
+}
+
+
+@pytest.mark.parametrize("name", sorted(REFERENCES))
 @settings(max_examples=40, deadline=None)
-@given(losses=loss_matrices(max_n=6, max_t=30))
-def test_adahedge_matches_naive_reference(losses):
-    np.testing.assert_allclose(play(ol.AdaHedge(losses.shape[1]), losses),
-                               naive_adahedge(losses), rtol=1e-9, atol=1e-12)
-
-
-@settings(max_examples=40, deadline=None)
-@given(losses=loss_matrices(max_n=6, max_t=30, elements=unit_no_tiny))
-def test_normalhedge_matches_brentq_reference(losses):
-    np.testing.assert_allclose(play(ol.NormalHedge(losses.shape[1]), losses),
-                               naive_normalhedge(losses), rtol=1e-8, atol=1e-12)
-
-
-@settings(max_examples=40, deadline=None)
-@given(losses=loss_matrices(max_n=6, max_t=30))
-def test_adanormalhedge_matches_direct_potential(losses):
-    np.testing.assert_allclose(play(ol.AdaNormalHedge(losses.shape[1]), losses),
-                               naive_adanormalhedge(losses), rtol=1e-9, atol=1e-12)
+@given(data=st.data())
+def test_weights_match_the_independent_reference(name, data):
+    learner, reference, elements, rtol = REFERENCES[name]
+    losses = data.draw(loss_matrices(max_n=6, max_t=30, elements=elements), label="losses")
+    np.testing.assert_allclose(play(learner(losses.shape[1]), losses), reference(losses),
+                               rtol=rtol, atol=1e-12)
 
 
 @settings(max_examples=30, deadline=None)

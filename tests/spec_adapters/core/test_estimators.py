@@ -96,6 +96,12 @@ def test_realized_ratio_naive_and_broadcast():
     assert realized_ratio(p0, torch.tensor([0.5, 0.5], dtype=F64), torch.tensor(1)).item() == 1.0
 
 
+def _ratio(p, q, x):
+    """``realized_ratio`` of float64 ``p``, ``q`` and token ids ``x`` (nested lists), deferred."""
+    return lambda: realized_ratio(torch.tensor(p, dtype=F64), torch.tensor(q, dtype=F64),
+                                  torch.tensor(x))
+
+
 @pytest.mark.parametrize(
     ("fn", "word"),
     [
@@ -118,38 +124,10 @@ def test_realized_ratio_naive_and_broadcast():
         (lambda: eal_loss(torch.tensor([2.0]), 0), "K"),
         (lambda: eal_loss(torch.tensor([5.0]), 3), "\\[1, K\\+1\\]"),
         (lambda: eal_loss(torch.tensor([0.5]), 3), "\\[1, K\\+1\\]"),
-        (
-            lambda: realized_ratio(
-                torch.tensor([0.5, 0.5], dtype=F64),
-                torch.tensor([0.2, 0.3, 0.5], dtype=F64),
-                torch.tensor(0),
-            ),
-            "vocabulary",
-        ),
-        (
-            lambda: realized_ratio(
-                torch.tensor([0.5, 0.5], dtype=F64),
-                torch.tensor([0.5, 0.5], dtype=F64),
-                torch.tensor(2),
-            ),
-            "outside",
-        ),
-        (
-            lambda: realized_ratio(
-                torch.full((2, 2), 0.5, dtype=F64),
-                torch.full((2, 2), 0.5, dtype=F64),
-                torch.tensor([0, 1, 1]),
-            ),
-            "broadcast",
-        ),
-        (
-            lambda: realized_ratio(
-                torch.tensor([0.5, 0.7], dtype=F64),
-                torch.tensor([0.5, 0.5], dtype=F64),
-                torch.tensor(0),
-            ),
-            "sum to 1",
-        ),
+        (_ratio([0.5, 0.5], [0.2, 0.3, 0.5], 0), "vocabulary"),
+        (_ratio([0.5, 0.5], [0.5, 0.5], 2), "outside"),
+        (_ratio([[0.5, 0.5]] * 2, [[0.5, 0.5]] * 2, [0, 1, 1]), "broadcast"),
+        (_ratio([0.5, 0.7], [0.5, 0.5], 0), "sum to 1"),
     ],
 )
 def test_bad_input_raises_value_error_naming_it(fn, word):
