@@ -1,0 +1,230 @@
+"""HedgeSpec on llama.cpp: the round loop over a GGUF target and the selection core.
+
+One round (the transformers loop's, with point-mass drafters; every decision is
+:mod:`spec_adapters.selection`'s)::
+
+    the learner plays an expert (drafter i, k tokens; k = 0: a plain step)
+    every drafter drafts K tokens from the verified sequence      (the round's counterfactuals)
+    one llama_decode over [last] + draft_i[:k], logits for those rows
+    accept: greedy = the draft's prefix that matches the argmax; sampled = the point-mass rule
+            (accept d with probability p(d), else draw from p without d; vLLM's), on rows warped
+            with llama.cpp's sampling chain: top-k, top-p on the softmax of the raw logits, then
+            the temperature over what is kept (common/sampling.cpp's order; typical and min-p off)
+    the cache keeps [last] + the accepted drafts; the next token is the round's last
+    the RoundBook scores every drafter's draft against the verified tokens -> window losses
+    (the time loss of each (drafter, k), step costs measured online) -> the learner
+
+Lossless: greedy output is the target's greedy output token for token (the same rows, the
+same argmax), sampled output follows the warped target law whatever the draft
+(``python -m proofs_check --only pointmass``).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from spec_adapters.llamacpp.target import GGUFTarget
+from spec_adapters.selection import (
+    PointDrafter,
+    RoundBook,
+    StepCosts,
+    expert_of,
+    make_policy,
+    n_experts,
+    window_losses,
+)
+
+__all__ = ["LlamaCppDecoder", "LlamaOutput", "plain_generate", "warp_llama"]
+
+
+def warp_llama(logits: np.ndarray, temperature: float, top_k: int | None, top_p: float
+               ) -> np.ndarray:
+    """Rows of probabilities from ``logits`` ``(m, V)`` by llama.cpp's sampling chain: keep the
+    ``top_k`` largest logits, then the smallest most-probable set whose softmax (of the raw
+    logits) reaches ``top_p``, then soften what is kept by ``temperature`` (> 0)."""
+    x = logits.astype(np.float64)
+    keep = np.ones_like(x, bool)
+    if top_k is not None and top_k < x.shape[1]:
+        kth = -np.partition(-x, top_k - 1, axis=1)[:, top_k - 1:top_k]
+        keep &= x >= kth
+    if top_p < 1.0:
+        z = np.where(keep, x, -np.inf)
+        p = np.exp(z - z.max(1, keepdims=True))
+        p /= p.sum(1, keepdims=True)
+        order = np.argsort(-p, axis=1, kind="stable")
+        sp = np.take_along_axis(p, order, 1)
+        before = np.cumsum(sp, 1) - sp  # mass of the strictly more probable tokens
+        kept = np.zeros_like(keep)
+        np.put_along_axis(kept, order, before < top_p, 1)
+        keep &= kept
+    z = np.where(keep, x / temperature, -np.inf)
+    p = np.exp(z - z.max(1, keepdims=True))
+    return p / p.sum(1, keepdims=True)
+
+
+@dataclass
+class LlamaOutput:
+    """``tokens``: the generated tokens (prompt excluded); ``stats``: ``target_calls``,
+    ``new_tokens``, ``mean_accepted_tokens``, per round ``chosen`` / ``lengths`` /
+    ``accepted``, seconds per part (``target``, ``draft``, ``select``, ``update``) and
+    ``non_target_share`` (what is not the llama_decode, of the whole)."""
+
+    tokens: list[int]
+    stats: dict = field(default_factory=dict)
+
+
+class LlamaCppDecoder:
+    """Lossless speculative decoding of a GGUF model with the drafter and the draft length
+    learned per step.
+
+    Parameters
+    ----------
+    target : GGUFTarget
+    drafters : list of PointDrafter
+        Model-free point-mass drafters (:mod:`spec_adapters.selection.point_drafters`); a
+        drafter with a ``vocab_size`` must share the target's.
+    draft_length : int, default 4
+        ``K``: the longest draft; the learner's experts are ``(drafter, k)``, ``k = 0 .. K``.
+    policy : str, default "normalhedge"
+        A full-information policy of :func:`spec_adapters.selection.make_policy`.
+
+    Raises
+    ------
+    ValueError
+        No drafter, a drafter over another vocabulary, ``K < 1``, a bandit or unknown policy.
+    """
+
+    def __init__(self, target: GGUFTarget, drafters: Sequence[PointDrafter],
+                 draft_length: int = 4, policy: str = "normalhedge") -> None:
+        if not drafters:
+            raise ValueError("empty drafter pool: pass at least one point-mass drafter")
+        for d in drafters:
+            v = getattr(d, "vocab_size", None)
+            if v is not None and v != target.vocab_size:
+                raise ValueError(f"drafter {d.name} has a vocabulary of {v} tokens, the GGUF "
+                                 f"target {target.vocab_size}: a pool built for another model")
+        if isinstance(draft_length, bool) or not isinstance(draft_length, int) \
+                or draft_length < 1:
+            raise ValueError(f"draft_length must be an integer >= 1, got {draft_length!r}")
+        self.target, self.drafters, self.K = target, list(drafters), draft_length
+        self.names = [d.name for d in self.drafters]
+        self.policy = make_policy(policy, n_experts(len(self.drafters), draft_length))
+        if not self.policy.full_information:
+            raise ValueError(f"policy {policy!r} is a bandit: the llama.cpp engine learns "
+                             "from every drafter's counterfactual (a full-information policy)")
+        self.costs = StepCosts(len(self.drafters), draft_length)
+
+    def generate(self, prompt: Sequence[int], max_new_tokens: int = 128,
+                 temperature: float = 0.0, top_k: int | None = None, top_p: float = 1.0,
+                 seed: int = 0, stop_at_eog: bool = True,
+                 on_tokens: Callable[[list[int]], None] | None = None) -> LlamaOutput:
+        """Generate up to ``max_new_tokens`` after ``prompt`` (token ids); ``on_tokens`` gets
+        each round's new tokens. Stops after an end-of-generation token (``stop_at_eog``) or at
+        the context's end."""
+        import torch
+
+        from spec_adapters.core.proposal import PointMass
+        from spec_adapters.core.sampling import speculative_accept
+
+        seq = self._check_prompt(prompt)
+        rng, gen = np.random.default_rng(seed), torch.Generator().manual_seed(seed)
+        limit = min(len(seq) + max_new_tokens, self.target.n_ctx)
+        book = RoundBook(len(self.drafters), self.K, corrected=False)
+        book.reset(len(seq))
+        self.policy.reset()
+        secs = dict.fromkeys(("target", "draft", "select", "update"), 0.0)
+        rounds: dict[str, list[int]] = {"chosen": [], "lengths": [], "accepted": []}
+        start_all = time.perf_counter()
+        self.target.prefill(seq)
+        done = len(seq) >= limit
+        while not done:
+            t0 = time.perf_counter()
+            rid, e = self.policy.play(rng)                                  # 1 select
+            i, k = expert_of(e, self.K)
+            k = min(k, limit - len(seq) - 1)
+            t1 = time.perf_counter()
+            history = np.asarray(seq, np.int64)                               # 2 draft
+            drafts = np.full((len(self.drafters), self.K), -1, np.int64)
+            for j, d in enumerate(self.drafters):
+                got = d.draft(history, self.K)
+                drafts[j, :len(got)] = got
+            draft = [int(t) for t in drafts[i, :k] if t >= 0]
+            t2 = time.perf_counter()
+            logits = self.target.step([seq[-1], *draft])                      # 3 verify
+            t3 = time.perf_counter()
+            if temperature <= 0:
+                top = logits.argmax(1)
+                n = next((j for j, t in enumerate(draft) if t != top[j]), len(draft))
+                nxt = int(top[n])
+            else:
+                p = torch.from_numpy(warp_llama(logits, temperature, top_k, top_p))
+                n, nxt = speculative_accept(p, PointMass(torch.tensor(draft), p.shape[1]),
+                                            torch.tensor(draft, dtype=torch.long), gen,
+                                            validate=False)
+            self.target.keep(len(seq) + n)            # [last] + the accepted drafts
+            new = [*draft[:n], nxt]
+            eog = next((j for j, t in enumerate(new) if stop_at_eog and self.target.is_eog(t)),
+                       None)
+            new = new[:min(len(new) if eog is None else eog + 1, limit - len(seq))]
+            done = eog is not None or len(seq) + len(new) >= limit
+            book.open(rid, len(seq), drafts)                                  # 4 evaluate
+            seq += new
+            book.record(new)
+            for w in book.pop_completed():                                    # 5 update
+                self.policy.feed(w.round_id, window_losses(
+                    w, "time", False, self.costs.round_costs(), self.costs.time_per_token))
+            t4 = time.perf_counter()
+            self.costs.observe_target(len(draft) + 1, t3 - t2)
+            if draft:
+                self.costs.observe_draft(i, len(draft), (t2 - t1) / len(self.drafters))
+            self.costs.observe_overhead((t1 - t0) + (t4 - t3))
+            self.costs.observe_round(t4 - t0, len(new))
+            for key, s in (("select", t1 - t0), ("draft", t2 - t1), ("target", t3 - t2),
+                           ("update", t4 - t3)):
+                secs[key] += s
+            rounds["chosen"].append(i)
+            rounds["lengths"].append(len(draft))
+            rounds["accepted"].append(n)
+            if on_tokens is not None:
+                on_tokens(new)
+        for rid in book.close():
+            self.policy.censor(rid)
+        total = time.perf_counter() - start_all
+        produced = seq[len(prompt):]
+        calls = len(rounds["chosen"])
+        stats = {"target_calls": calls, "new_tokens": len(produced),
+                 "mean_accepted_tokens": len(produced) / calls if calls else 0.0,
+                 "drafters": self.names, **rounds,
+                 **{f"{k}_seconds": v for k, v in secs.items()}, "total_seconds": total,
+                 "non_target_share": 1.0 - secs["target"] / total if total else 0.0}
+        return LlamaOutput(produced, stats)
+
+    def _check_prompt(self, prompt: Sequence[int]) -> list[int]:
+        seq = [int(t) for t in prompt]
+        if not seq:
+            raise ValueError("the prompt needs at least one token")
+        if min(seq) < 0 or max(seq) >= self.target.vocab_size:
+            raise ValueError(f"prompt token ids must lie in [0, {self.target.vocab_size})")
+        if len(seq) >= self.target.n_ctx:
+            raise ValueError(f"the prompt has {len(seq)} tokens; the context holds "
+                             f"{self.target.n_ctx}")
+        return seq
+
+
+def plain_generate(target: GGUFTarget, prompt: Sequence[int], max_new_tokens: int = 128,
+                   stop_at_eog: bool = True) -> list[int]:
+    """llama.cpp greedy decoding, one token per ``llama_decode`` with the last row's logits
+    only: the baseline, and the output HedgeSpec's greedy output must equal."""
+    seq = [int(t) for t in prompt]
+    limit = min(len(seq) + max_new_tokens, target.n_ctx)
+    target.prefill(seq)
+    while len(seq) < limit:
+        nxt = int(target.step([seq[-1]])[0].argmax())
+        seq.append(nxt)
+        if stop_at_eog and target.is_eog(nxt):
+            break
+    return seq[len(prompt):]

@@ -1,0 +1,166 @@
+"""A GGUF target in llama.cpp, through llama-cpp-python's C API: one context, one sequence.
+
+What a speculative round needs and nothing more (llama-cpp-python 0.3.36; its vendored
+llama.cpp): the key-value cache holds every verified token but the last; :meth:`GGUFTarget.step`
+runs one ``llama_decode`` over ``[last] + draft`` at the next positions with logits requested
+for those rows only (the high-level ``Llama`` with a draft model asks for every position's
+logits, 49k floats per prompt token); :meth:`GGUFTarget.keep` removes the rejected rows from
+the cache (``llama_memory_seq_rm``). A round without a draft is one plain step.
+"""
+
+from __future__ import annotations
+
+import ctypes
+from pathlib import Path
+
+import numpy as np
+
+__all__ = ["GGUF_MAGIC", "GGUFTarget"]
+
+GGUF_MAGIC = b"GGUF"
+
+
+def _llama_cpp():
+    """llama_cpp, its C library's log quieted to errors (it prints every load otherwise)."""
+    try:
+        import llama_cpp
+        from llama_cpp._logger import set_verbose
+    except ImportError as err:  # built from its sdist by the Makefile
+        raise ImportError("the llama.cpp engine needs llama-cpp-python: pip install "
+                          "llama-cpp-python==0.3.36 (the Makefile installs it)") from err
+    set_verbose(False)
+    return llama_cpp
+
+
+class GGUFTarget:
+    """A GGUF model loaded by llama.cpp, decoding one sequence.
+
+    Parameters
+    ----------
+    path : path-like
+        The ``.gguf`` file (used as is: no conversion).
+    n_ctx : int, default 2048
+        Context length (tokens) of the key-value cache.
+    n_threads : int, default 2
+        Threads for single-token and batched decodes.
+
+    Raises
+    ------
+    ValueError
+        The file is missing, is not a GGUF file, or llama.cpp cannot load it.
+    """
+
+    def __init__(self, path, n_ctx: int = 2048, n_threads: int = 2) -> None:
+        path = Path(path)
+        if not path.is_file():
+            raise ValueError(f"GGUF file {path} does not exist")
+        with path.open("rb") as f:
+            if f.read(4) != GGUF_MAGIC:
+                raise ValueError(f"{path} is not a GGUF file (no GGUF magic at its start)")
+        lc = self._lc = _llama_cpp()
+        lc.llama_backend_init()
+        mparams = lc.llama_model_default_params()
+        self._model = lc.llama_model_load_from_file(str(path).encode(), mparams)
+        if not self._model:
+            raise ValueError(f"llama.cpp could not load {path}")
+        cparams = lc.llama_context_default_params()
+        cparams.n_ctx = cparams.n_batch = cparams.n_ubatch = int(n_ctx)
+        cparams.n_threads = cparams.n_threads_batch = int(n_threads)
+        cparams.no_perf = True
+        self._ctx = lc.llama_init_from_model(self._model, cparams)
+        if not self._ctx:
+            lc.llama_model_free(self._model)
+            raise ValueError(f"llama.cpp could not create a context for {path}")
+        self._vocab = lc.llama_model_get_vocab(self._model)
+        self.path = path
+        self.vocab_size = int(lc.llama_vocab_n_tokens(self._vocab))
+        self.n_ctx = int(lc.llama_n_ctx(self._ctx))  # llama.cpp may round the request up
+        self.n_batch = int(lc.llama_n_batch(self._ctx))
+        self._batch = lc.llama_batch_init(self.n_ctx, 0, 1)
+        self.n_cached = 0  # tokens in the key-value cache (positions 0 .. n_cached - 1)
+
+    # ------------------------------------------------------------------ decoding
+    def reset(self) -> None:
+        """Empty the key-value cache (a new sequence)."""
+        self._lc.llama_memory_clear(self._lc.llama_get_memory(self._ctx), True)
+        self.n_cached = 0
+
+    def prefill(self, tokens) -> None:
+        """Start a sequence: cache every token of ``tokens`` but the last (which the first
+        :meth:`step` feeds); no logits are computed."""
+        self.reset()
+        head = list(tokens[:-1])
+        for lo in range(0, len(head), self.n_batch):  # llama_decode takes n_batch at most
+            self._decode(head[lo:lo + self.n_batch], 0)
+
+    def step(self, tokens) -> np.ndarray:
+        """Decode ``tokens`` (the last verified token, then a draft) at the next positions;
+        the logits of every row, ``(len(tokens), V)`` float32 (a copy)."""
+        return self._decode(list(tokens), len(tokens))
+
+    def keep(self, n: int) -> None:
+        """Keep the first ``n`` cached positions (drop the rejected drafts' rows)."""
+        if n < self.n_cached:
+            mem = self._lc.llama_get_memory(self._ctx)
+            if not self._lc.llama_memory_seq_rm(mem, 0, n, -1):
+                raise RuntimeError("llama.cpp cannot remove cache rows of this model "
+                                   "(a recurrent or hybrid architecture)")
+        self.n_cached = min(self.n_cached, n)
+
+    def _decode(self, tokens: list[int], n_logits: int) -> np.ndarray:
+        """One ``llama_decode`` of ``tokens`` at positions ``n_cached ..``, logits for the last
+        ``n_logits`` rows."""
+        n, start = len(tokens), self.n_cached
+        if n > self.n_batch:
+            raise ValueError(f"{n} tokens in one decode, above the batch of {self.n_batch}")
+        if start + n > self.n_ctx:
+            raise ValueError(f"the sequence would reach {start + n} tokens, past the "
+                             f"context of {self.n_ctx}")
+        b = self._batch
+        for j, tok in enumerate(tokens):
+            b.token[j], b.pos[j], b.n_seq_id[j] = tok, start + j, 1
+            b.seq_id[j][0] = 0
+            b.logits[j] = j >= n - n_logits
+        b.n_tokens = n
+        rc = self._lc.llama_decode(self._ctx, b)
+        if rc != 0:
+            raise RuntimeError(f"llama_decode failed ({rc}) at {start + n} cached tokens")
+        self.n_cached = start + n
+        out = np.empty((n_logits, self.vocab_size), np.float32)
+        for r in range(n_logits):
+            row = self._lc.llama_get_logits_ith(self._ctx, n - n_logits + r)
+            out[r] = np.ctypeslib.as_array(ctypes.cast(row, ctypes.POINTER(ctypes.c_float)),
+                                           shape=(self.vocab_size,))
+        return out
+
+    # ------------------------------------------------------------------ vocabulary
+    def tokenize(self, text: str, add_special: bool = True) -> list[int]:
+        """The model's tokens of ``text`` (special tokens parsed, as a chat template needs)."""
+        raw = text.encode()
+        buf = (self._lc.llama_token * (len(raw) + 8))()
+        n = self._lc.llama_tokenize(self._vocab, raw, len(raw), buf, len(buf), add_special, True)
+        return list(buf[:n])
+
+    def detokenize(self, tokens) -> str:
+        """The text of ``tokens``."""
+        out = b""
+        buf = ctypes.create_string_buffer(256)
+        for tok in tokens:
+            n = self._lc.llama_token_to_piece(self._vocab, int(tok), buf, len(buf), 0, False)
+            out += buf.raw[:max(n, 0)]
+        return out.decode("utf-8", errors="replace")
+
+    def is_eog(self, token: int) -> bool:
+        """Whether ``token`` ends a generation (EOS, EOT, ...)."""
+        return bool(self._lc.llama_vocab_is_eog(self._vocab, int(token)))
+
+    def close(self) -> None:
+        """Free the batch, the context and the model."""
+        if getattr(self, "_ctx", None):
+            self._lc.llama_batch_free(self._batch)
+            self._lc.llama_free(self._ctx)
+            self._lc.llama_model_free(self._model)
+            self._ctx = None
+
+    def __del__(self) -> None:
+        self.close()

@@ -1,0 +1,160 @@
+"""The llama.cpp engine on a tiny random Llama written as GGUF by the test: greedy output equal
+to llama.cpp's own greedy decoding (with drafts rejected, cut, or absent; at the context's
+end), the sampled law (chi-square against the exact law of llama.cpp's sampling chain), and
+one clear error per bad input."""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pytest
+from scipy import stats
+
+from spec_adapters.llamacpp.decoder import LlamaCppDecoder, plain_generate, warp_llama
+from spec_adapters.llamacpp.target import GGUFTarget
+from spec_adapters.selection import PromptLookup, SuffixDraft
+from tests.spec_adapters.hf.test_models import write_tiny_gguf
+
+PROMPTS = [[5, 70, 71, 72, 5, 70, 71], [100, 101, 102, 103], list(range(40, 60)), [3]]
+
+
+@pytest.fixture(scope="module")
+def target(tmp_path_factory):
+    path = tmp_path_factory.mktemp("gguf") / "tiny.gguf"
+    write_tiny_gguf(path, hidden=32, layers=2, seed=3)
+    t = GGUFTarget(path, n_ctx=96, n_threads=1)
+    yield t
+    t.close()
+
+
+class Known:
+    """A drafter that knows the greedy continuation and corrupts the draft from ``wrong_at``
+    on (the cache must drop the rejected rows)."""
+
+    def __init__(self, answer: dict, wrong_at: int, name: str) -> None:
+        self.answer, self.wrong_at, self.name = answer, wrong_at, name
+
+    def draft(self, history, k):
+        seq = tuple(int(t) for t in history)
+        for prompt, out in self.answer.items():
+            full = prompt + tuple(out)
+            if full[:len(seq)] == seq:
+                d = list(full[len(seq):len(seq) + k])
+                return np.array([t if j < self.wrong_at else (t + 1) % 200
+                                 for j, t in enumerate(d)], np.int64)
+        return np.zeros(0, np.int64)
+
+
+class Never:
+    name = "never"
+
+    def draft(self, history, k):
+        return np.zeros(0, np.int64)
+
+
+def _greedy(target, n=30):
+    return {tuple(p): plain_generate(target, p, n, stop_at_eog=False) for p in PROMPTS}
+
+
+@pytest.mark.parametrize("k", [1, 3, 4])
+def test_greedy_output_equals_llama_cpp_greedy_with_rejections_and_cuts(target, k):
+    truth = _greedy(target)
+    pool = [Known(truth, 2, "right-then-wrong"), Known(truth, 0, "always-wrong"),
+            Known(truth, 99, "right"), PromptLookup(1), SuffixDraft(max_tokens=1000)]
+    dec = LlamaCppDecoder(target, pool, draft_length=k)
+    accepted = 0
+    for p in PROMPTS:
+        out = dec.generate(p, 30, stop_at_eog=False)
+        assert out.tokens == truth[tuple(p)]
+        accepted += sum(out.stats["accepted"])
+        assert out.stats["new_tokens"] == 30 and len(out.stats["chosen"]) == \
+            out.stats["target_calls"]
+    assert accepted > 0  # drafts were accepted, and (always-wrong) rejected and cut
+
+
+def test_rounds_without_a_draft_are_plain_steps(target):
+    truth = _greedy(target, 12)
+    dec = LlamaCppDecoder(target, [Never()], draft_length=4)
+    out = dec.generate(PROMPTS[1], 12, stop_at_eog=False)
+    assert out.tokens == truth[tuple(PROMPTS[1])]
+    assert out.stats["target_calls"] == 12 and set(out.stats["lengths"]) == {0}
+
+
+def test_the_context_limit_ends_generation_exactly_where_plain_does(target):
+    prompt = [10 + j % 200 for j in range(target.n_ctx - 16)]  # 16 positions left
+    want = plain_generate(target, prompt, 50, stop_at_eog=False)
+    assert len(prompt) + len(want) == target.n_ctx
+    got = LlamaCppDecoder(target, [PromptLookup(1), PromptLookup(2)]).generate(
+        prompt, 50, stop_at_eog=False)
+    assert got.tokens == want
+
+
+def _exact_law(target, prompt, temperature, top_k, top_p):
+    """The law of the first two tokens under llama.cpp's chain, by enumeration."""
+    target.prefill(prompt)
+    p1 = warp_llama(target.step([prompt[-1]]), temperature, top_k, top_p)[0]
+    law = {}
+    for a in np.flatnonzero(p1):
+        target.prefill([*prompt, int(a)])
+        p2 = warp_llama(target.step([int(a)]), temperature, top_k, top_p)[0]
+        for b in np.flatnonzero(p2):
+            law[(int(a), int(b))] = p1[a] * p2[b]
+    return law
+
+
+def _chi2_pvalue(samples, law):
+    keys = sorted(law)
+    counts = np.array([sum(s == key for s in samples) for key in keys])
+    expected = np.array([law[key] for key in keys]) * len(samples)
+    assert counts.sum() == len(samples)  # nothing outside the law's support
+    return stats.chisquare(counts, expected).pvalue
+
+
+def test_sampled_output_follows_llama_cpps_sampling_law(target):
+    """1200 two-token continuations (temperature 1.5, top-k 4, top-p 0.9) through drafters that
+    are often right and often wrong: chi-square against the exact law; the same samples
+    reject the law of another temperature (the test has power)."""
+    prompt = PROMPTS[0]
+    law = _exact_law(target, prompt, 1.5, 4, 0.9)
+    greedy = _greedy(target, 3)
+    dec = LlamaCppDecoder(target, [Known(greedy, 1, "half"), PromptLookup(1)], draft_length=2)
+    samples = [tuple(dec.generate(prompt, 2, temperature=1.5, top_k=4, top_p=0.9, seed=s,
+                                  stop_at_eog=False).tokens) for s in range(1200)]
+    assert _chi2_pvalue(samples, law) > 1e-3
+    other = _exact_law(target, prompt, 0.5, 4, 0.9)
+    assert set(samples) <= set(other) and _chi2_pvalue(samples, other) < 1e-6
+
+
+def test_warp_keeps_top_k_then_top_p_of_the_raw_softmax_then_tempers():
+    logits = np.log(np.array([[0.5, 0.3, 0.15, 0.05]]))
+    p = warp_llama(logits, 2.0, None, 0.7)  # raw softmax: {0, 1} reach 0.8 >= 0.7
+    kept = np.array([0.5, 0.3]) ** 0.5
+    np.testing.assert_allclose(p[0], [*(kept / kept.sum()), 0, 0])
+    np.testing.assert_allclose(warp_llama(logits, 1.0, 1, 1.0)[0], [1, 0, 0, 0])
+
+
+def test_bad_inputs_name_the_problem(target, tmp_path):
+    with pytest.raises(ValueError, match="does not exist"):
+        GGUFTarget(tmp_path / "missing.gguf")
+    junk = tmp_path / "junk.gguf"
+    junk.write_bytes(b"not a model at all")
+    with pytest.raises(ValueError, match="is not a GGUF file"):
+        GGUFTarget(junk)
+
+    class OtherVocab(PromptLookup):
+        vocab_size = 49152
+
+    with pytest.raises(ValueError, match="vocabulary of 49152 tokens, the GGUF target"):
+        LlamaCppDecoder(target, [OtherVocab(2)])
+    with pytest.raises(ValueError, match="empty drafter pool"):
+        LlamaCppDecoder(target, [])
+    with pytest.raises(ValueError, match="bandit"):
+        LlamaCppDecoder(target, [PromptLookup(1)], policy="exp3spec")
+    dec = LlamaCppDecoder(target, [PromptLookup(1)])
+    with pytest.raises(ValueError, match="at least one token"):
+        dec.generate([])
+    with pytest.raises(ValueError, match=r"must lie in \[0, "):
+        dec.generate([target.vocab_size])
+    with pytest.raises(ValueError, match=f"the context holds {target.n_ctx}"):
+        dec.generate(list(itertools.islice(itertools.cycle(range(50)), target.n_ctx)))
