@@ -24,6 +24,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -37,6 +38,9 @@ from spec_adapters.selection import (
     n_experts,
     window_losses,
 )
+
+if TYPE_CHECKING:
+    from spec_adapters.decoding.loop import RoundInfo
 
 __all__ = ["LlamaCppDecoder", "LlamaOutput", "plain_generate", "warp_llama"]
 
@@ -91,6 +95,10 @@ class LlamaCppDecoder:
         ``K``: the longest draft; the learner's experts are ``(drafter, k)``, ``k = 0 .. K``.
     policy : str, default "normalhedge"
         A full-information policy of :func:`spec_adapters.selection.make_policy`.
+    carry_state : bool, default True
+        Keep what the learner learnt across ``generate`` calls (a stream of requests: a short
+        request does not start exploring ``N (K + 1)`` experts from uniform); ``False``
+        resets it per call, as the paper does per query.
 
     Raises
     ------
@@ -99,7 +107,8 @@ class LlamaCppDecoder:
     """
 
     def __init__(self, target: GGUFTarget, drafters: Sequence[PointDrafter],
-                 draft_length: int = 4, policy: str = "normalhedge") -> None:
+                 draft_length: int = 4, policy: str = "normalhedge",
+                 carry_state: bool = True) -> None:
         if not drafters:
             raise ValueError("empty drafter pool: pass at least one point-mass drafter")
         for d in drafters:
@@ -117,25 +126,28 @@ class LlamaCppDecoder:
             raise ValueError(f"policy {policy!r} is a bandit: the llama.cpp engine learns "
                              "from every drafter's counterfactual (a full-information policy)")
         self.costs = StepCosts(len(self.drafters), draft_length)
+        self.carry_state = carry_state
 
     def generate(self, prompt: Sequence[int], max_new_tokens: int = 128,
                  temperature: float = 0.0, top_k: int | None = None, top_p: float = 1.0,
                  seed: int = 0, stop_at_eog: bool = True,
-                 on_tokens: Callable[[list[int]], None] | None = None) -> LlamaOutput:
-        """Generate up to ``max_new_tokens`` after ``prompt`` (token ids); ``on_tokens`` gets
-        each round's new tokens. Stops after an end-of-generation token (``stop_at_eog``) or at
-        the context's end."""
+                 on_round: Callable[[RoundInfo], None] | None = None) -> LlamaOutput:
+        """Generate up to ``max_new_tokens`` after ``prompt`` (token ids); ``on_round`` gets a
+        :class:`~spec_adapters.decoding.RoundInfo` per round (as the transformers decoder's).
+        Stops after an end-of-generation token (``stop_at_eog``) or at the context's end."""
         import torch
 
         from spec_adapters.core.proposal import PointMass
         from spec_adapters.core.sampling import speculative_accept
+        from spec_adapters.decoding.loop import RoundInfo
 
         seq = self._check_prompt(prompt)
         rng, gen = np.random.default_rng(seed), torch.Generator().manual_seed(seed)
         limit = min(len(seq) + max_new_tokens, self.target.n_ctx)
         book = RoundBook(len(self.drafters), self.K, corrected=False)
         book.reset(len(seq))
-        self.policy.reset()
+        if not self.carry_state:
+            self.policy.reset()
         secs = dict.fromkeys(("target", "draft", "select", "update"), 0.0)
         rounds: dict[str, list[int]] = {"chosen": [], "lengths": [], "accepted": []}
         start_all = time.perf_counter()
@@ -143,6 +155,8 @@ class LlamaCppDecoder:
         done = len(seq) >= limit
         while not done:
             t0 = time.perf_counter()
+            weights = None if on_round is None else \
+                self.policy.weights.reshape(len(self.drafters), -1).sum(1)
             rid, e = self.policy.play(rng)                                  # 1 select
             i, k = expert_of(e, self.K)
             k = min(k, limit - len(seq) - 1)
@@ -189,8 +203,9 @@ class LlamaCppDecoder:
             rounds["chosen"].append(i)
             rounds["lengths"].append(len(draft))
             rounds["accepted"].append(n)
-            if on_tokens is not None:
-                on_tokens(new)
+            if on_round is not None:
+                on_round(RoundInfo(len(rounds["chosen"]) - 1, i, self.names[i], n, len(draft),
+                                   tuple(new), tuple(weights.tolist()), k))
         for rid in book.close():
             self.policy.censor(rid)
         total = time.perf_counter() - start_all

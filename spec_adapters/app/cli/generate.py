@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 
-from spec_adapters.app.args import float_arg, int_arg
+from spec_adapters.app.args import file_arg, float_arg, int_arg
 from spec_adapters.app.cli.common import (
     MAX_SEED,
     UserError,
@@ -16,9 +17,10 @@ from spec_adapters.app.cli.common import (
     target_from_args,
 )
 
-__all__ = ["DTYPES", "add_generate", "cmd_generate", "device_arg"]
+__all__ = ["DTYPES", "ENGINES", "add_generate", "cmd_generate", "device_arg", "llamacpp_decoder"]
 
 DTYPES = ("float32", "float16", "bfloat16")
+ENGINES = ("transformers", "llamacpp")
 
 
 def device_arg(text: str) -> str:
@@ -65,6 +67,13 @@ def add_generate(sub) -> None:
                         "otherwise [drafter] markers)")
     s.add_argument("--no-build", action="store_true",
                    help="fail instead of building a missing pool")
+    s.add_argument("--engine", choices=ENGINES, default="transformers",
+                   help="transformers (default): the target in torch; llamacpp: the GGUF in "
+                        "llama.cpp (the model-free pool: prompt lookup, suffix, the n-gram "
+                        "specialists; a full-information policy)")
+    s.add_argument("--gguf", type=file_arg, default=None,
+                   help="--engine llamacpp: the GGUF file (default: the shipped default "
+                        "target's, as is)")
 
 
 class _ChunkPrinter:
@@ -115,20 +124,25 @@ def cmd_generate(args: argparse.Namespace) -> int:
     pool = load_pool(model, tok, args.cache_dir, pool_config(args), domains=None,
                      build=not args.no_build)
     try:
-        dec = HedgeSpecDecoder(model, pool.drafters, draft_length=args.draft_length,
-                               policy=args.policy)
+        if args.engine == "llamacpp":
+            dec, names = llamacpp_decoder(args, model, tok)
+        else:
+            dec = HedgeSpecDecoder(model, pool.drafters, draft_length=args.draft_length,
+                                   policy=args.policy)
+            names = pool.names
     except ValueError as err:
         raise UserError(str(err)) from None
     colour = args.colour == "always" or (args.colour == "auto" and sys.stdout.isatty())
     printer = _ChunkPrinter(tok, colour)
     if colour:
         legend = "  ".join(f"{_ChunkPrinter.COLOURS[i % 10]}{n}\033[0m"
-                           for i, n in enumerate(pool.names))
+                           for i, n in enumerate(names))
         print(f"drafters: {legend}")
     ids = chat_ids(tok, args.prompt).view(1, -1)
     try:  # the prompt is checked against the target's context before the first round
         with torch.inference_mode():
-            out = dec.generate(ids, max_new_tokens=args.max_new_tokens,
+            out = dec.generate(ids[0].tolist() if args.engine == "llamacpp" else ids,
+                               max_new_tokens=args.max_new_tokens,
                                temperature=args.temperature, seed=args.seed, on_round=printer)
     except ValueError as err:
         raise UserError(f"--prompt: {err}") from None
@@ -137,8 +151,26 @@ def cmd_generate(args: argparse.Namespace) -> int:
     s = out.stats
     counts = {}
     for i in s["chosen"]:
-        counts[pool.names[i]] = counts.get(pool.names[i], 0) + 1
+        counts[names[i]] = counts.get(names[i], 0) + 1
     print(f"-- {s['new_tokens']} tokens in {s['target_calls']} target calls "
           f"(MAT {s['mean_accepted_tokens']:.2f}), {s['new_tokens'] / s['total_seconds']:.1f} "
           f"tok/s; rounds per drafter: {counts}", file=sys.stderr)
     return 0
+
+
+def llamacpp_decoder(args: argparse.Namespace, model, tok) -> tuple:
+    """The llama.cpp decoder of ``hedgespec generate --engine llamacpp`` and its drafter
+    names: the GGUF (``--gguf``, default the shipped one) over prompt lookup (n = 1..4), the
+    suffix drafter and the cached pool's n-gram drafters (read as point masses)."""
+    from spec_adapters.hf.models import find_default_gguf
+    from spec_adapters.llamacpp import GGUFTarget, LlamaCppDecoder
+    from spec_adapters.selection import PromptLookup, SuffixDraft
+    from spec_adapters.vllm.drafters import load_pool_folder
+    from spec_adapters.vllm.target_pool import loaded_target_id
+
+    target = GGUFTarget(args.gguf or find_default_gguf(), n_threads=args.threads or 2)
+    folder = Path(args.cache_dir) / "pool" / loaded_target_id(model, tok)
+    pool = [*(PromptLookup(n) for n in (1, 2, 3, 4)), SuffixDraft(),
+            *load_pool_folder(folder, target.vocab_size)]
+    dec = LlamaCppDecoder(target, pool, draft_length=args.draft_length, policy=args.policy)
+    return dec, dec.names
