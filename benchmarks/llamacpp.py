@@ -62,13 +62,13 @@ def repeated_share(tokens: list[int], n: int = 5) -> float:
 def lcp_generate(llm, ids: list[int], n: int, temperature: float) -> list[int]:
     """llama-cpp-python's high-level generation: greedy, or temperature with top-p 0.9 (top-k
     and min-p off)."""
+    import llama_cpp
+
     out = []
     for tok in llm.generate(ids, temp=temperature, top_k=0, top_p=TOP_P if temperature else 1.0,
                             min_p=0.0, reset=True):
-        if llm.token_eos() == tok or len(out) >= n:
-            break
-        out.append(int(tok))
-        if len(out) >= n:
+        out.append(int(tok))  # the end-of-generation token included, as the others do
+        if len(out) >= n or llama_cpp.llama_vocab_is_eog(llm._model.vocab, tok):
             break
     return out
 

@@ -63,8 +63,12 @@ class GGUFTarget:
         self._model = lc.llama_model_load_from_file(str(path).encode(), mparams)
         if not self._model:
             raise ValueError(f"llama.cpp could not load {path}")
+        # the context llama-cpp-python's Llama makes by default (batches of 512, no flash
+        # attention): llama.cpp's floats depend on these, so its greedy output does too
         cparams = lc.llama_context_default_params()
-        cparams.n_ctx = cparams.n_batch = cparams.n_ubatch = int(n_ctx)
+        cparams.n_ctx = int(n_ctx)
+        cparams.n_batch = cparams.n_ubatch = min(int(n_ctx), 512)
+        cparams.flash_attn_type = lc.LLAMA_FLASH_ATTN_TYPE_DISABLED
         cparams.n_threads = cparams.n_threads_batch = int(n_threads)
         cparams.no_perf = True
         self._ctx = lc.llama_init_from_model(self._model, cparams)
