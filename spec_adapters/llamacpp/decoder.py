@@ -14,6 +14,9 @@ One round (the transformers loop's, with point-mass drafters; every decision is
     the RoundBook scores every drafter's draft against the verified tokens -> window losses
     (the time loss of each (drafter, k), step costs measured online) -> the learner
 
+A finished request is committed to the drafters that keep a memory of earlier requests (the
+suffix drafter), as the vLLM proposer does.
+
 Lossless: greedy output is the target's greedy output token for token (the same rows, the
 same argmax), sampled output follows the warped target law whatever the draft
 (``python -m proofs_check --only pointmass``).
@@ -208,6 +211,9 @@ class LlamaCppDecoder:
                                    tuple(new), tuple(weights.tolist()), k))
         for rid in book.close():
             self.policy.censor(rid)
+        for d in self.drafters:  # the suffix drafter's memory of finished requests
+            if hasattr(d, "commit"):
+                d.commit(np.asarray(seq, np.int64))
         total = time.perf_counter() - start_all
         produced = seq[len(prompt):]
         calls = len(rounds["chosen"])

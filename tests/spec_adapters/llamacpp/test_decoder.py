@@ -158,3 +158,13 @@ def test_bad_inputs_name_the_problem(target, tmp_path):
         dec.generate([target.vocab_size])
     with pytest.raises(ValueError, match=f"the context holds {target.n_ctx}"):
         dec.generate(list(itertools.islice(itertools.cycle(range(50)), target.n_ctx)))
+
+
+def test_a_finished_request_teaches_the_suffix_drafter(target):
+    """The suffix drafter's memory holds finished requests: the same prompt again is drafted
+    from the first answer (fewer target calls, the same output)."""
+    dec = LlamaCppDecoder(target, [SuffixDraft(max_tokens=1000)], draft_length=4)
+    first = dec.generate(PROMPTS[2], 24, stop_at_eog=False)
+    again = dec.generate(PROMPTS[2], 24, stop_at_eog=False)
+    assert again.tokens == first.tokens
+    assert again.stats["target_calls"] < first.stats["target_calls"]
