@@ -55,16 +55,19 @@ def assert_on_simplex(w: np.ndarray, n: int) -> None:
 
 
 @pytest.mark.parametrize("name", ["Hedge_anytime", "AdaHedge", "NormalHedge", "AdaNormalHedge"])
-def test_weights_on_simplex_for_1e5_steps(name):
-    """T = 10^5 real updates (n = 3), the weights of every round checked at once.
+def test_weights_on_simplex_while_real_updates_reach_the_underflow_range(name):
+    """T = 25 000 real updates (n = 128), the weights of every round checked at once.
 
+    Every loss is in [0.7, 1], so the smallest cumulative loss is above 0.8 t: anytime Hedge's
+    ``eta_t L_min >= 0.8 sqrt(8 ln n t)`` passes 745 (``exp`` underflows to 0) near t = 21 000,
+    the range where weights not shifted by ``min L`` become 0 / 0. The leader changes halfway.
     (Fixed and horizon Hedge share the anytime code path; only eta differs.)
     """
-    T, n = 100_000, 3
+    T, n = 25_000, 128
     rng = np.random.default_rng(0)
-    losses = rng.random((T, n))
-    losses[: T // 2, 0] *= 0.5  # a leader that changes halfway
-    losses[T // 2 :, 1] *= 0.5
+    losses = 1.0 - 0.1 * rng.random((T, n))
+    losses[: T // 2, 0] -= 0.2  # a leader that changes halfway
+    losses[T // 2 :, 1] -= 0.2
     learner = FULL[name](n)
     ws = np.empty((T, n))
     for t in range(T):
@@ -74,9 +77,11 @@ def test_weights_on_simplex_for_1e5_steps(name):
     assert np.abs(ws.sum(axis=1) - 1.0).max() <= 1e-12
 
 
-@pytest.mark.parametrize("name", ["Exp3IX", "UCB1"])
-def test_bandit_weights_on_simplex_for_1e5_steps(name):
-    T, n = 100_000, 3
+@pytest.mark.parametrize("name", ["Exp3IX", "Exp3IX_fixed", "UCB1"])
+def test_bandit_weights_on_simplex_for_2e4_steps(name):
+    """T = 20 000 real plays; with eta = 0.3 the smallest loss estimate passes 745 / eta near
+    t = 5 000, where unshifted exponential weights underflow to 0 / 0."""
+    T, n = 20_000, 3
     rng = np.random.default_rng(1)
     means = np.array([0.3, 0.5, 0.7])
     learner = BANDIT[name](n)
