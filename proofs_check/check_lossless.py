@@ -137,7 +137,7 @@ def _monte_carlo(settings: Settings) -> tuple[float, int]:
     generator path) against the exact enumerated distributions, chi-square, fixed seeds."""
     rng = np.random.default_rng(settings.seed + 33)
     problems = random_problems(rng, settings.n(4, 12), V_range=(3, 5), K_range=(2, 3))
-    n = settings.n(3000, 20000)
+    n = settings.draws(3000, 20000)
     pmin, tests = 1.0, 0
     for j, prob in enumerate(problems):
         ctx, q = prob.prompt, prob.qs[0]

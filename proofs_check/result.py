@@ -33,13 +33,32 @@ class CheckResult:
 
 @dataclass(frozen=True)
 class Settings:
-    """How much to enumerate: ``quick`` for tests (seconds), full for the command."""
+    """How much to enumerate: ``quick`` for tests (seconds), full for the command.
+
+    Parameters
+    ----------
+    quick : bool
+        The small sizes (``python -m proofs_check --quick``) instead of the full ones.
+    seed : int
+        Seed of the random models.
+    draws_scale : float
+        Multiplies the number of Monte-Carlo draws per case (the ``3 sampler MC`` chi-square
+        check) and nothing else; 1 (the default, and what the command uses) keeps the sizes
+        above. The test suite runs the quick checks with 0.2 (600 draws a case), enough for the
+        chi-square to reject a categorical draw not scaled by the weights' total.
+    """
 
     quick: bool
     seed: int = 0
+    draws_scale: float = 1.0
 
     def n(self, quick: int, full: int) -> int:
+        """The quick or the full size."""
         return quick if self.quick else full
+
+    def draws(self, quick: int, full: int) -> int:
+        """A number of Monte-Carlo draws: :meth:`n` times ``draws_scale``, at least 1."""
+        return max(1, round(self.n(quick, full) * self.draws_scale))
 
 
 def timed(fn: Callable[..., list[CheckResult]]):
