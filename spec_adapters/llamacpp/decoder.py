@@ -5,7 +5,8 @@ One round (the transformers loop's, with point-mass drafters; every decision is
 
     the learner plays an expert (drafter i, k tokens; k = 0: a plain step)
     every drafter drafts K tokens from the verified sequence      (the round's counterfactuals)
-    one llama_decode over [last] + draft_i[:k], logits for those rows
+    one llama_decode over [last] + draft_i[:k], logits for those rows (after the prompt, which
+    is prefilled as llama.cpp prefills it: the draft alone, the prompt's logits known)
     accept: greedy = the draft's prefix that matches the argmax; sampled = the point-mass rule
             (accept d with probability p(d), else draw from p without d; vLLM's), on rows warped
             with llama.cpp's sampling chain: top-k, top-p on the softmax of the raw logits, then
@@ -154,7 +155,7 @@ class LlamaCppDecoder:
         secs = dict.fromkeys(("target", "draft", "select", "update"), 0.0)
         rounds: dict[str, list[int]] = {"chosen": [], "lengths": [], "accepted": []}
         start_all = time.perf_counter()
-        self.target.prefill(seq)
+        pending = self.target.prefill(seq)  # the next token's logits while its input is cached
         done = len(seq) >= limit
         while not done:
             t0 = time.perf_counter()
@@ -171,7 +172,10 @@ class LlamaCppDecoder:
                 drafts[j, :len(got)] = got
             draft = [int(t) for t in drafts[i, :k] if t >= 0]
             t2 = time.perf_counter()
-            logits = self.target.step([seq[-1], *draft])                      # 3 verify
+            if pending is None:                                               # 3 verify
+                logits = self.target.step([seq[-1], *draft])
+            else:  # after the prompt: its last token is cached, its logits known
+                logits = np.vstack([pending[None], *([self.target.step(draft)] if draft else [])])
             t3 = time.perf_counter()
             if temperature <= 0:
                 top = logits.argmax(1)
@@ -183,6 +187,7 @@ class LlamaCppDecoder:
                                             torch.tensor(draft, dtype=torch.long), gen,
                                             validate=False)
             self.target.keep(len(seq) + n)            # [last] + the accepted drafts
+            pending = None  # the next token (nxt) is not cached yet
             new = [*draft[:n], nxt]
             eog = next((j for j, t in enumerate(new) if stop_at_eog and self.target.is_eog(t)),
                        None)
@@ -242,10 +247,11 @@ def plain_generate(target: GGUFTarget, prompt: Sequence[int], max_new_tokens: in
     only: the baseline, and the output HedgeSpec's greedy output must equal."""
     seq = [int(t) for t in prompt]
     limit = min(len(seq) + max_new_tokens, target.n_ctx)
-    target.prefill(seq)
+    logits = target.prefill(seq)
     while len(seq) < limit:
-        nxt = int(target.step([seq[-1]])[0].argmax())
+        nxt = int(logits.argmax())
         seq.append(nxt)
-        if stop_at_eog and target.is_eog(nxt):
+        if (stop_at_eog and target.is_eog(nxt)) or len(seq) >= limit:
             break
+        logits = target.step([nxt])[0]
     return seq[len(prompt):]

@@ -1,9 +1,10 @@
 """A GGUF target in llama.cpp, through llama-cpp-python's C API: one context, one sequence.
 
 What a speculative round needs and nothing more (llama-cpp-python 0.3.36; its vendored
-llama.cpp): the key-value cache holds every verified token but the last; :meth:`GGUFTarget.step`
-runs one ``llama_decode`` over ``[last] + draft`` at the next positions with logits requested
-for those rows only (the high-level ``Llama`` with a draft model asks for every position's
+llama.cpp): :meth:`GGUFTarget.prefill` caches the prompt in batches as llama.cpp does and
+returns the next token's logits; :meth:`GGUFTarget.step` runs one ``llama_decode`` over
+``[last] + draft`` (or the draft alone after the prompt) with logits requested for those rows
+only (the high-level ``Llama`` with a draft model asks for every position's
 logits, 49k floats per prompt token); :meth:`GGUFTarget.keep` removes the rejected rows from
 the cache (``llama_memory_seq_rm``). A round without a draft is one plain step.
 """
@@ -60,15 +61,15 @@ class GGUFTarget:
         lc = self._lc = _llama_cpp()
         lc.llama_backend_init()
         mparams = lc.llama_model_default_params()
+        mparams.n_gpu_layers = 0  # the CPU, as llama-cpp-python's Llama loads it by default
         self._model = lc.llama_model_load_from_file(str(path).encode(), mparams)
         if not self._model:
             raise ValueError(f"llama.cpp could not load {path}")
-        # the context llama-cpp-python's Llama makes by default (batches of 512, no flash
-        # attention): llama.cpp's floats depend on these, so its greedy output does too
+        # llama.cpp's default context (flash attention "auto": on here) in batches of 512 (as
+        # llama-cpp-python's Llama): llama.cpp's floats, so its greedy output, depend on these
         cparams = lc.llama_context_default_params()
         cparams.n_ctx = int(n_ctx)
         cparams.n_batch = cparams.n_ubatch = min(int(n_ctx), 512)
-        cparams.flash_attn_type = lc.LLAMA_FLASH_ATTN_TYPE_DISABLED
         cparams.n_threads = cparams.n_threads_batch = int(n_threads)
         cparams.no_perf = True
         self._ctx = lc.llama_init_from_model(self._model, cparams)
@@ -89,17 +90,20 @@ class GGUFTarget:
         self._lc.llama_memory_clear(self._lc.llama_get_memory(self._ctx), True)
         self.n_cached = 0
 
-    def prefill(self, tokens) -> None:
-        """Start a sequence: cache every token of ``tokens`` but the last (which the first
-        :meth:`step` feeds); no logits are computed."""
+    def prefill(self, tokens) -> np.ndarray:
+        """Start a sequence: cache every token of ``tokens`` (in batches of ``n_batch``, as
+        llama.cpp prefills a prompt); the logits after the last one, ``(V,)``."""
         self.reset()
-        head = list(tokens[:-1])
-        for lo in range(0, len(head), self.n_batch):  # llama_decode takes n_batch at most
-            self._decode(head[lo:lo + self.n_batch], 0)
+        tokens = list(tokens)
+        for lo in range(0, len(tokens), self.n_batch):  # llama_decode takes n_batch at most
+            chunk = tokens[lo:lo + self.n_batch]
+            last = self._decode(chunk, 1 if lo + len(chunk) == len(tokens) else 0)
+        return last[0]
 
     def step(self, tokens) -> np.ndarray:
-        """Decode ``tokens`` (the last verified token, then a draft) at the next positions;
-        the logits of every row, ``(len(tokens), V)`` float32 (a copy)."""
+        """Decode ``tokens`` at the next positions (a round's: the last verified token when it
+        is not cached yet, then the draft); the logits of every row, ``(len(tokens), V)``
+        float32 (a copy)."""
         return self._decode(list(tokens), len(tokens))
 
     def keep(self, n: int) -> None:

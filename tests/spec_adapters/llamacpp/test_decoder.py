@@ -92,11 +92,10 @@ def test_the_context_limit_ends_generation_exactly_where_plain_does(target):
 
 def _exact_law(target, prompt, temperature, top_k, top_p):
     """The law of the first two tokens under llama.cpp's chain, by enumeration."""
-    target.prefill(prompt)
-    p1 = warp_llama(target.step([prompt[-1]]), temperature, top_k, top_p)[0]
+    p1 = warp_llama(target.prefill(prompt)[None], temperature, top_k, top_p)[0]
     law = {}
     for a in np.flatnonzero(p1):
-        target.prefill([*prompt, int(a)])
+        target.prefill(prompt)
         p2 = warp_llama(target.step([int(a)]), temperature, top_k, top_p)[0]
         for b in np.flatnonzero(p2):
             law[(int(a), int(b))] = p1[a] * p2[b]
