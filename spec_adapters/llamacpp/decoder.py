@@ -78,8 +78,9 @@ def warp_llama(logits: np.ndarray, temperature: float, top_k: int | None, top_p:
 class LlamaOutput:
     """``tokens``: the generated tokens (prompt excluded); ``stats``: ``target_calls``,
     ``new_tokens``, ``mean_accepted_tokens``, per round ``chosen`` / ``lengths`` /
-    ``accepted``, seconds per part (``target``, ``draft``, ``select``, ``update``) and
-    ``non_target_share`` (what is not the llama_decode, of the whole)."""
+    ``accepted``, seconds per part (``prefill``, ``target``: the rounds' decodes, ``draft``,
+    ``select``, ``update``) and ``non_target_share`` (the share of the whole that is not a
+    ``llama_decode``)."""
 
     tokens: list[int]
     stats: dict = field(default_factory=dict)
@@ -152,10 +153,11 @@ class LlamaCppDecoder:
         book.reset(len(seq))
         if not self.carry_state:
             self.policy.reset()
-        secs = dict.fromkeys(("target", "draft", "select", "update"), 0.0)
+        secs = dict.fromkeys(("prefill", "target", "draft", "select", "update"), 0.0)
         rounds: dict[str, list[int]] = {"chosen": [], "lengths": [], "accepted": []}
         start_all = time.perf_counter()
         pending = self.target.prefill(seq)  # the next token's logits while its input is cached
+        secs["prefill"] = time.perf_counter() - start_all
         done = len(seq) >= limit
         while not done:
             t0 = time.perf_counter()
@@ -226,7 +228,8 @@ class LlamaCppDecoder:
                  "mean_accepted_tokens": len(produced) / calls if calls else 0.0,
                  "drafters": self.names, **rounds,
                  **{f"{k}_seconds": v for k, v in secs.items()}, "total_seconds": total,
-                 "non_target_share": 1.0 - secs["target"] / total if total else 0.0}
+                 "non_target_share":
+                     1.0 - (secs["target"] + secs["prefill"]) / total if total else 0.0}
         return LlamaOutput(produced, stats)
 
     def _check_prompt(self, prompt: Sequence[int]) -> list[int]:
