@@ -33,15 +33,22 @@ import os
 import sys
 
 from spec_adapters.app.args import OneLineParser
-from spec_adapters.app.cli import bench, build, generate, vllm
+from spec_adapters.app.cli.bench import add_bench, add_demo
+from spec_adapters.app.cli.build import (
+    add_distill,
+    add_prepare_data,
+    add_train_drafters,
+    add_train_head,
+)
 from spec_adapters.app.cli.common import UserError
+from spec_adapters.app.cli.generate import add_generate
+from spec_adapters.app.cli.vllm import add_bench_vllm, add_serve
 
 __all__ = ["COMMANDS", "build_parser", "main"]
 
 # each adds its subcommand (options, help, the function that runs it), in the order of --help
-COMMANDS = (bench.add_demo, build.add_prepare_data, build.add_distill, build.add_train_drafters,
-            build.add_train_head, bench.add_bench, generate.add_generate, vllm.add_serve,
-            vllm.add_bench_vllm)
+COMMANDS = (add_demo, add_prepare_data, add_distill, add_train_drafters, add_train_head,
+            add_bench, add_generate, add_serve, add_bench_vllm)
 
 
 def build_parser() -> argparse.ArgumentParser:
