@@ -53,25 +53,45 @@ def warp_llama(logits: np.ndarray, temperature: float, top_k: int | None, top_p:
                ) -> np.ndarray:
     """Rows of probabilities from ``logits`` ``(m, V)`` by llama.cpp's sampling chain: keep the
     ``top_k`` largest logits, then the smallest most-probable set whose softmax (of the raw
-    logits) reaches ``top_p``, then soften what is kept by ``temperature`` (> 0)."""
+    logits) reaches ``top_p`` (ties by token id), then soften what is kept by ``temperature``
+    (> 0). Each row sorts only its :data:`_TOP_P_CANDIDATES` largest logits unless the kept
+    set might reach past them (then the whole row)."""
     x = logits.astype(np.float64)
     keep = np.ones_like(x, bool)
     if top_k is not None and top_k < x.shape[1]:
         kth = -np.partition(-x, top_k - 1, axis=1)[:, top_k - 1:top_k]
         keep &= x >= kth
     if top_p < 1.0:
-        z = np.where(keep, x, -np.inf)
-        p = np.exp(z - z.max(1, keepdims=True))
-        p /= p.sum(1, keepdims=True)
-        order = np.argsort(-p, axis=1, kind="stable")
-        sp = np.take_along_axis(p, order, 1)
-        before = np.cumsum(sp, 1) - sp  # mass of the strictly more probable tokens
-        kept = np.zeros_like(keep)
-        np.put_along_axis(kept, order, before < top_p, 1)
-        keep &= kept
+        for r in range(x.shape[0]):
+            keep[r] = _top_p_row(np.where(keep[r], x[r], -np.inf), top_p)
     z = np.where(keep, x / temperature, -np.inf)
     p = np.exp(z - z.max(1, keepdims=True))
     return p / p.sum(1, keepdims=True)
+
+
+_TOP_P_CANDIDATES = 2048
+
+
+def _top_p_row(z: np.ndarray, top_p: float) -> np.ndarray:
+    """The kept mask of one row of logits ``z`` (``-inf``: cut already) under top-p: the tokens
+    in descending probability (ties by id) whose strictly more probable mass is below
+    ``top_p``."""
+    p = np.exp(z - z.max())
+    p /= p.sum()
+    idx = np.argpartition(-p, _TOP_P_CANDIDATES)[:_TOP_P_CANDIDATES] \
+        if p.size > _TOP_P_CANDIDATES else np.arange(p.size)
+    order = idx[np.lexsort((idx, -p[idx]))]
+    before = np.cumsum(p[order]) - p[order]
+    n = max(1, int(np.count_nonzero(before < top_p)))  # llama.cpp keeps one token at least
+    if len(order) < p.size and p[order[n - 1]] == p[order[-1]]:
+        # the kept set reaches the candidates' smallest probability: tokens outside them may
+        # tie it or follow it, so the whole row is sorted
+        order = np.lexsort((np.arange(p.size), -p))
+        before = np.cumsum(p[order]) - p[order]
+        n = max(1, int(np.count_nonzero(before < top_p)))
+    kept = np.zeros(p.size, bool)
+    kept[order[:n]] = True
+    return kept
 
 
 @dataclass

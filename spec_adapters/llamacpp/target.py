@@ -149,12 +149,13 @@ class GGUFTarget:
         n = self._lc.llama_tokenize(self._vocab, raw, len(raw), buf, len(buf), add_special, True)
         return list(buf[:n])
 
-    def detokenize(self, tokens) -> str:
-        """The text of ``tokens``."""
+    def detokenize(self, tokens, special: bool = False) -> str:
+        """The text of ``tokens`` (``special``: control tokens such as ``<|im_start|>``
+        written out, as a prompt's text needs them)."""
         out = b""
         buf = ctypes.create_string_buffer(256)
         for tok in tokens:
-            n = self._lc.llama_token_to_piece(self._vocab, int(tok), buf, len(buf), 0, False)
+            n = self._lc.llama_token_to_piece(self._vocab, int(tok), buf, len(buf), 0, special)
             out += buf.raw[:max(n, 0)]
         return out.decode("utf-8", errors="replace")
 

@@ -32,9 +32,11 @@ def _byte_alphabet() -> list[str]:
 
 
 def write_tiny_gguf(path, hidden=32, layers=2, heads=4, kv_heads=2, ff=64, seed=0,
-                    tied=False) -> dict:
+                    tied=False, qtype=None) -> dict:
     """A tiny Llama with a byte-level BPE tokenizer and a chat template, as float32 GGUF
-    (without an ``output.weight`` when ``tied``: the LM head is the embedding)."""
+    (without an ``output.weight`` when ``tied``: the LM head is the embedding); ``qtype`` (a
+    ``gguf.GGMLQuantizationType``, e.g. Q4_1 as the default target ships) quantizes its
+    matrices (``hidden`` and ``ff`` then multiples of 32)."""
     import gguf
 
     rng = np.random.default_rng(seed)
@@ -82,7 +84,10 @@ def write_tiny_gguf(path, hidden=32, layers=2, heads=4, kv_heads=2, ff=64, seed=
     if not tied:
         tensors["output.weight"] = mat(V, hidden)
     for name, t in tensors.items():
-        w.add_tensor(name, t)
+        if qtype is None or t.ndim == 1:
+            w.add_tensor(name, t)
+        else:
+            w.add_tensor(name, gguf.quants.quantize(t, qtype), raw_dtype=qtype)
     w.write_header_to_file()
     w.write_kv_data_to_file()
     w.write_tensors_to_file()

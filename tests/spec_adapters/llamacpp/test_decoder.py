@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import itertools
 
+import gguf
 import numpy as np
 import pytest
 from scipy import stats
@@ -73,6 +74,48 @@ def test_greedy_output_equals_llama_cpp_greedy_with_rejections_and_cuts(target, 
     assert accepted > 0  # drafts were accepted, and (always-wrong) rejected and cut
 
 
+@pytest.fixture(scope="module")
+def q41_target(tmp_path_factory):
+    """Weights in Q4_1, as the default target's, head size 64: llama.cpp's CPU kernels then
+    compute a row alike whatever else its batch holds (float32 matrices take another matmul
+    path for a batch, and differ in the last bits)."""
+    path = tmp_path_factory.mktemp("gguf") / "tiny-q4_1.gguf"
+    write_tiny_gguf(path, hidden=64, heads=1, kv_heads=1, ff=128, seed=3,
+                    qtype=gguf.GGMLQuantizationType.Q4_1)
+    t = GGUFTarget(path, n_ctx=96, n_threads=1)
+    yield t
+    t.close()
+
+
+def test_a_rounds_rows_are_bit_for_bit_one_token_decodes_after_rollbacks(q41_target):
+    """Rounds of 1-5 rows, some of whose drafts are rejected and dropped from the cache: every
+    kept row's logits equal, bit for bit, those of llama.cpp decoding one token at a time (the
+    positions, the cache and the rollback are right; stronger than an equal argmax). Holds
+    while the cache is under 256 cells; past them llama.cpp's one-row attention splits the
+    cache across threads (docs/llamacpp.md)."""
+    target = q41_target
+    prompt, n = PROMPTS[2], 40
+    seq, rows = list(prompt), [target.prefill(prompt)]
+    for _ in range(n):
+        seq.append(int(rows[-1].argmax()))
+        rows.append(target.step([seq[-1]])[0])
+    rng = np.random.default_rng(0)
+    target.prefill(prompt)
+    pos = len(prompt)  # seq[:pos] verified; seq[pos - 1] not cached after the first round
+    while pos < len(seq) - 5:
+        k = int(rng.integers(0, 5))
+        draft = seq[pos:pos + k]
+        if k and rng.random() < 0.5:
+            draft[-1] = (draft[-1] + 1) % target.vocab_size  # rejected, and its row dropped
+        got = target.step([seq[pos - 1], *draft]) if pos > len(prompt) else \
+            np.vstack([rows[0][None], *([target.step(draft)] if draft else [])])
+        n_ok = next((j for j, t in enumerate(draft) if t != seq[pos + j]), len(draft))
+        want = np.array(rows[pos - len(prompt):pos - len(prompt) + n_ok + 1])
+        assert np.array_equal(got[:n_ok + 1], want), pos
+        target.keep(pos + n_ok)
+        pos += n_ok + 1
+
+
 def test_rounds_without_a_draft_are_plain_steps(target):
     truth = _greedy(target, 12)
     dec = LlamaCppDecoder(target, [Never()], draft_length=4)
@@ -131,6 +174,39 @@ def test_warp_keeps_top_k_then_top_p_of_the_raw_softmax_then_tempers():
     kept = np.array([0.5, 0.3]) ** 0.5
     np.testing.assert_allclose(p[0], [*(kept / kept.sum()), 0, 0])
     np.testing.assert_allclose(warp_llama(logits, 1.0, 1, 1.0)[0], [1, 0, 0, 0])
+
+
+def _warp_by_full_sort(x, temperature, top_k, top_p):
+    """llama.cpp's chain the slow way: every row sorted whole (ties by token id)."""
+    x = x.astype(np.float64)
+    keep = np.ones_like(x, bool)
+    if top_k is not None:
+        keep &= x >= -np.sort(-x, axis=1)[:, top_k - 1:top_k]
+    z = np.where(keep, x, -np.inf)
+    p = np.exp(z - z.max(1, keepdims=True))
+    p /= p.sum(1, keepdims=True)
+    order = np.argsort(-p, axis=1, kind="stable")
+    sp = np.take_along_axis(p, order, 1)
+    kept = np.zeros_like(keep)
+    np.put_along_axis(kept, order, np.cumsum(sp, 1) - sp < top_p, 1)
+    keep &= kept
+    z = np.where(keep, x / temperature, -np.inf)
+    p = np.exp(z - z.max(1, keepdims=True))
+    return p / p.sum(1, keepdims=True)
+
+
+@pytest.mark.parametrize("scale", [0.2, 3.0, 30.0])  # flat (the whole row sorted) .. peaked
+@pytest.mark.parametrize("top_k,top_p", [(None, 0.9), (None, 0.5), (4000, 0.99), (7, 0.9)])
+def test_warp_of_a_large_vocabulary_equals_sorting_every_row(scale, top_k, top_p):
+    """49,152 tokens (the default target's): warp_llama sorts only its largest logits; the
+    same probabilities as sorting whole rows, ties at the edge of the kept set included."""
+    rng = np.random.default_rng(int(scale * 10))
+    x = (scale * rng.standard_normal((3, 49152))).astype(np.float32)
+    x[1] = np.round(x[1])  # many ties
+    x[2, :3000] = x[2].max() - 0.01  # a plateau wider than the candidates
+    got = warp_llama(x, 0.7, top_k, top_p)
+    np.testing.assert_allclose(got, _warp_by_full_sort(x, 0.7, top_k, top_p), rtol=1e-12,
+                               atol=0)
 
 
 def test_bad_inputs_name_the_problem(target, tmp_path):
