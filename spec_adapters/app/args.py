@@ -8,12 +8,12 @@ import argparse
 import json
 import math
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import NoReturn
 
 __all__ = ["OneLineParser", "check_int", "comma_list", "distinct_list", "file_arg", "float_arg",
-           "folder_arg", "int_arg", "ints_arg", "json_object"]
+           "floats_arg", "folder_arg", "int_arg", "ints_arg", "json_object", "names_arg"]
 
 
 # ------------------------------------------------------------------------------------------
@@ -80,6 +80,22 @@ def distinct_list(one: Callable[[str], object]) -> Callable[[str], tuple]:
 def ints_arg(lo: int) -> Callable[[str], tuple[int, ...]]:
     """An argparse ``type``: distinct comma-separated integers ``>= lo`` (``"1,4,16"``)."""
     return distinct_list(int_arg(lo))
+
+
+def floats_arg(lo: float) -> Callable[[str], tuple[float, ...]]:
+    """An argparse ``type``: distinct comma-separated finite numbers ``>= lo`` (``"0,0.7"``)."""
+    return distinct_list(float_arg(lo))
+
+
+def names_arg(choices: Sequence[str]) -> Callable[[str], tuple[str, ...]]:
+    """An argparse ``type``: distinct comma-separated names, each one of ``choices``."""
+    def one(text: str) -> str:
+        if text not in choices:
+            raise argparse.ArgumentTypeError(f"unknown {text!r}; choose from "
+                                             f"{', '.join(choices)}")
+        return text
+
+    return distinct_list(one)
 
 
 def float_arg(lo: float, hi: float | None = None, lo_open: bool = False

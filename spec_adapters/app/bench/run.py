@@ -63,11 +63,12 @@ from spec_adapters.app.bench.config import (
 )
 from spec_adapters.app.bench.measure import median_ms, run_decoder
 from spec_adapters.app.bench.plots import plot
+from spec_adapters.app.bench.records import Records
 from spec_adapters.app.bench.replay import replay_fixed
 from spec_adapters.app.bench.tables import markdown_tables
 from spec_adapters.app.log import log
 
-__all__ = ["PRESETS", "BenchConfig", "run_bench", "with_overrides"]
+__all__ = ["PRESETS", "BenchConfig", "mixed_stream", "run_bench", "with_overrides"]
 
 @dataclass
 class BenchPrompt:
@@ -174,41 +175,6 @@ def run_target_rows_first(model, ids, max_new_tokens: int, temperature: float, s
             "seconds": time.perf_counter() - t, "tokens": new,
             "layout": ("transformers" if target.net is model else "rows-first")
             + (" compiled" if compiled else "")}
-
-
-# ------------------------------------------------------------------------------------------
-# the record store (resumable)
-# ------------------------------------------------------------------------------------------
-class Records:
-    """Append-only JSONL of finished runs, keyed by (section, query, temperature, method)."""
-
-    def __init__(self, path: Path) -> None:
-        self.path = Path(path)
-        self.rows: dict[tuple, dict] = {}
-        if self.path.is_file():
-            for line in self.path.read_text().splitlines():
-                try:
-                    r = json.loads(line)
-                except ValueError:
-                    continue  # a line cut by an interruption: that run is simply redone
-                self.rows[self.key(r)] = r
-
-    @staticmethod
-    def key(r: dict) -> tuple:
-        return (r["section"], r["qid"], float(r["temperature"]), r["method"], r.get("n", 0))
-
-    def has(self, *key) -> bool:
-        return tuple(key) in self.rows
-
-    def add(self, r: dict) -> None:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        with open(self.path, "a") as fh:
-            fh.write(json.dumps(r) + "\n")
-            fh.flush()
-        self.rows[self.key(r)] = r
-
-    def select(self, **match) -> list[dict]:
-        return [r for r in self.rows.values() if all(r.get(k) == v for k, v in match.items())]
 
 
 # ------------------------------------------------------------------------------------------

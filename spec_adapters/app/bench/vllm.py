@@ -62,7 +62,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from spec_adapters.app.bench.config import TOP_P
-from spec_adapters.app.bench.run import Records, mixed_stream
+from spec_adapters.app.bench.records import Records, check_settings
+from spec_adapters.app.bench.run import mixed_stream
 from spec_adapters.app.log import log
 from spec_adapters.app.serve import ROOT, SPEC_CLASS, find_vllm_python, server_env
 from spec_adapters.vllm.config import ProposerConfig, config_from_mapping
@@ -291,7 +292,7 @@ def run_bench_vllm(target: Path, tokenizer, domains: dict, pool: Path, cfg: Vllm
     settings = {"bench_vllm": shared_settings(cfg), "target": str(Path(target).resolve()),
                 "pool": str(pool), "drafters": names, "threads": threads,
                 "prompts": [p["qid"] for p in prompts]}
-    _check_settings(out, settings)
+    check_settings(out, settings)
     records = VllmRecords(out / "records.jsonl")
     python = find_vllm_python()
     job = {"model": str(Path(target).resolve()), "prompts": prompts,
@@ -332,15 +333,6 @@ def shared_settings(cfg: VllmBenchConfig) -> dict:
     """What every phase of one results folder shares: the prompts, sizes, K and seed (its
     methods and concurrencies may be added to by later runs)."""
     return {k: v for k, v in asdict(cfg).items() if k not in ("methods", "concurrencies")}
-
-
-def _check_settings(out: Path, settings: dict) -> None:
-    sfile = out / "settings.json"
-    if (sfile.is_file() and (out / "records.jsonl").is_file()
-            and json.loads(sfile.read_text()) != json.loads(json.dumps(settings))):
-        raise ValueError(f"{out} holds results of a run with other settings; pass another "
-                             "--out folder (or delete that one) to start afresh")
-    sfile.write_text(json.dumps(settings, indent=1))
 
 
 def _run_engine(python: Path, job: dict, proposer: dict | None, out: Path, threads: int):

@@ -9,8 +9,9 @@ import os
 import time
 from pathlib import Path
 
-from spec_adapters.app.args import folder_arg, int_arg
+from spec_adapters.app.args import file_arg, floats_arg, folder_arg, int_arg, names_arg
 from spec_adapters.app.bench.config import PRESETS, BenchConfig
+from spec_adapters.app.bench.llamacpp import METHODS, LlamaCppBenchConfig
 from spec_adapters.app.cli.common import (
     UserError,
     add_command,
@@ -22,6 +23,7 @@ from spec_adapters.app.cli.common import (
     target_and_domains,
     target_from_args,
 )
+from spec_adapters.app.cli.generate import ENGINES
 from spec_adapters.app.log import log as _log
 
 __all__ = ["add_bench", "add_demo", "cmd_bench", "cmd_demo"]
@@ -64,11 +66,33 @@ def add_bench(sub) -> None:
                    help=f"K (default {BenchConfig().draft_length})")
     s.add_argument("--no-router", action="store_true", help="skip the router section")
     s.add_argument("--out", type=folder_arg, default=None,
-                   help="results folder (default results/bench-PRESET)")
+                   help="results folder (default results/bench-PRESET, results/bench-llamacpp)")
+    s.add_argument("--engine", choices=ENGINES, default="transformers",
+                   help="transformers (default): the presets above; llamacpp: the shipped "
+                        "GGUF in llama.cpp, HedgeSpec against llama.cpp plain, llama-cpp-python "
+                        "plain and prompt lookup and llama.cpp's C++ llama-lookup, 128 and 256 "
+                        "new tokens, greedy and T = 0.7 (~1 hour on 2 cores; --max-new-tokens "
+                        "and --temperatures narrow it)")
+    s.add_argument("--temperatures", type=floats_arg(0.0), default=None,
+                   help="--engine llamacpp: comma-separated temperatures (default "
+                        f"{','.join(map(str, LlamaCppBenchConfig().temperatures))})")
+    s.add_argument("--methods", type=names_arg(METHODS), default=None,
+                   help=f"--engine llamacpp: some of {','.join(METHODS)} (default all; plain "
+                        "needed)")
+    s.add_argument("--gguf", type=file_arg, default=None,
+                   help="--engine llamacpp: the GGUF file (default: the shipped default "
+                        "target's, as is)")
+    s.add_argument("--llama-lookup", type=Path, default=None,
+                   help="--engine llamacpp: llama.cpp's llama-lookup binary (default "
+                        "<cache-dir>/llama.cpp/llama-lookup, built by `make llama-lookup`; "
+                        "without it, method cpp-lookup is left out with a note)")
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
-    """Run (or resume) the benchmark preset ``args.preset``; print its tables."""
+    """Run (or resume) the benchmark preset ``args.preset`` (or, with ``--engine llamacpp``,
+    the llama.cpp benchmark); print its tables."""
+    if args.engine == "llamacpp":
+        return _bench_llamacpp(args)
     from spec_adapters.app.bench.run import run_bench, with_overrides
     from spec_adapters.app.bench.tables import markdown_tables
     from spec_adapters.app.pool.cache import load_pool
@@ -94,6 +118,51 @@ def cmd_bench(args: argparse.Namespace) -> int:
         raise UserError(str(err)) from None
     print(markdown_tables(summary))
     print(f"results: {out}/results.json, {out}/tables.md, {out}/*.png")
+    return 0
+
+
+def _bench_llamacpp(args: argparse.Namespace) -> int:
+    """``hedgespec bench --engine llamacpp``: :mod:`spec_adapters.app.bench.llamacpp`."""
+    from dataclasses import replace
+
+    from spec_adapters.app.bench.llamacpp import run_llamacpp_bench, tables_llamacpp
+    from spec_adapters.app.bench.run import mixed_stream
+    from spec_adapters.app.domains import chat_ids
+    from spec_adapters.app.pool.cache import load_pool
+    from spec_adapters.app.pool.point_pool import point_pool
+    from spec_adapters.hf.models import find_default_gguf
+    from spec_adapters.vllm.target_pool import loaded_target_id
+
+    cfg = LlamaCppBenchConfig()
+    changes = {"queries_per_domain": args.queries_per_domain, "draft_length": args.draft_length,
+               "threads": args.threads, "temperatures": args.temperatures,
+               "lengths": args.max_new_tokens and (args.max_new_tokens,),
+               "methods": args.methods}
+    binary = args.llama_lookup or Path(args.cache_dir) / "llama.cpp" / "llama-lookup"
+    if not binary.is_file() and "cpp-lookup" in (args.methods or cfg.methods):
+        if args.methods:
+            raise UserError(f"method cpp-lookup needs llama.cpp's llama-lookup, not found at "
+                            f"{binary}: build it with `make llama-lookup`")
+        _log(f"llama.cpp's llama-lookup is not at {binary} (`make llama-lookup` builds it): "
+             "method cpp-lookup is left out")
+        changes["methods"] = tuple(m for m in cfg.methods if m != "cpp-lookup")
+    try:
+        cfg = replace(cfg, **{k: v for k, v in changes.items() if v is not None})
+    except ValueError as err:
+        raise UserError(str(err)) from None
+    model, tok, domains = target_and_domains(args)
+    load_pool(model, tok, args.cache_dir, pool_config(args), domains=domains)  # built once
+    folder = Path(args.cache_dir) / "pool" / loaded_target_id(model, tok)
+    prompts = [(q.qid, q.domain, chat_ids(tok, q.prompt).tolist())
+               for q in mixed_stream(domains, cfg.queries_per_domain, cfg.seed)]
+    out = Path(args.out or "results/bench-llamacpp")
+    try:
+        summary = run_llamacpp_bench(Path(args.gguf or find_default_gguf()), prompts,
+                                     lambda vocab: point_pool(folder, vocab), cfg, out, binary)
+    except ValueError as err:
+        raise UserError(str(err)) from None
+    print(tables_llamacpp(summary))
+    print(f"results: {out}/results.json, {out}/tables.md")
     return 0
 
 

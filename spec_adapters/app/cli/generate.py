@@ -162,15 +162,13 @@ def llamacpp_decoder(args: argparse.Namespace, model, tok) -> tuple:
     """The llama.cpp decoder of ``hedgespec generate --engine llamacpp`` and its drafter
     names: the GGUF (``--gguf``, default the shipped one) over prompt lookup (n = 1..4), the
     suffix drafter and the cached pool's n-gram drafters (read as point masses)."""
+    from spec_adapters.app.pool.point_pool import point_pool
     from spec_adapters.hf.models import find_default_gguf
     from spec_adapters.llamacpp import GGUFTarget, LlamaCppDecoder
-    from spec_adapters.selection import PromptLookup, SuffixDraft
-    from spec_adapters.vllm.drafters import load_pool_folder
     from spec_adapters.vllm.target_pool import loaded_target_id
 
     target = GGUFTarget(args.gguf or find_default_gguf(), n_threads=args.threads or 2)
-    folder = Path(args.cache_dir) / "pool" / loaded_target_id(model, tok)
-    pool = [*(PromptLookup(n) for n in (1, 2, 3, 4)), SuffixDraft(),
-            *load_pool_folder(folder, target.vocab_size)]
+    pool = point_pool(Path(args.cache_dir) / "pool" / loaded_target_id(model, tok),
+                      target.vocab_size)
     dec = LlamaCppDecoder(target, pool, draft_length=args.draft_length, policy=args.policy)
     return dec, dec.names

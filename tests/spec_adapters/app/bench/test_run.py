@@ -13,10 +13,10 @@ import torch
 
 from spec_adapters.app.bench.aggregate import aggregate, regret_curves
 from spec_adapters.app.bench.config import POLICIES
+from spec_adapters.app.bench.records import Records
 from spec_adapters.app.bench.run import (
     PRESETS,
     BenchConfig,
-    Records,
     _decoder,
     _plan,
     mixed_stream,

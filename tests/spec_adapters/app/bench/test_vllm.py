@@ -304,13 +304,13 @@ def test_records_resume_by_method_and_concurrency(tmp_path):
 
 
 def test_an_out_folder_of_other_settings_is_refused(tmp_path):
-    from spec_adapters.app.bench.vllm import _check_settings
+    from spec_adapters.app.bench.records import check_settings
 
-    _check_settings(tmp_path, {"k": 4})
+    check_settings(tmp_path, {"k": 4})
     (tmp_path / "records.jsonl").write_text("")
-    _check_settings(tmp_path, {"k": 4})  # the same settings: resumed
+    check_settings(tmp_path, {"k": 4})  # the same settings: resumed
     with pytest.raises(ValueError, match="holds results of a run with other settings"):
-        _check_settings(tmp_path, {"k": 3})
+        check_settings(tmp_path, {"k": 3})
     assert json.loads((tmp_path / "settings.json").read_text()) == {"k": 4}
 
 

@@ -1,0 +1,382 @@
+"""``hedgespec bench --engine llamacpp``: HedgeSpec on llama.cpp against llama.cpp's own ways to
+decode the same GGUF, in one run, on the same prompts (issue 24).
+
+The prompts are the benchmark's held-out mixed stream
+(:func:`spec_adapters.app.bench.run.mixed_stream`, chat template applied); each cell (new
+tokens ``n``, temperature ``T``) runs every method on every prompt, the methods interleaved
+per prompt so that a drift of the machine touches them alike, after one untimed warm-up
+prompt. Methods (:data:`METHODS`):
+
+``plain``       llama.cpp one token per ``llama_decode`` with the last row's logits, our loop
+                (:func:`spec_adapters.llamacpp.plain_generate`; sampled: HedgeSpec's loop with
+                a drafter that never drafts, the same sampling code): the reference;
+``lcp-plain``   llama-cpp-python's ``Llama.generate`` (its C sampler chain), flash attention on
+                as llama.cpp's own default (``Llama``'s default is off, other floats);
+``lcp-lookup``  the same with ``LlamaPromptLookupDecoding`` (K draft tokens; its draft-model
+                mode computes every position's logits);
+``cpp-lookup``  llama.cpp's own C++ n-gram speculation, ``llama-lookup`` built from the
+                sources vendored in llama-cpp-python's sdist (``make llama-lookup``); its
+                seconds are its own log's (prompt + decode, the model load excluded);
+``hedgespec``   :class:`spec_adapters.llamacpp.LlamaCppDecoder` over the model-free pool
+                (:func:`spec_adapters.app.pool.point_pool.point_pool`), cost-aware (k = 0
+                allowed), learning across the cell's stream (its suffix memory too), fresh per
+                cell.
+
+Per cell and method: tokens/s (all new tokens / all seconds), the speed-up over ``plain``,
+MAT where known, the share of generated tokens inside repeats (a 5-gram seen earlier in the
+same output) and of outputs that hit the token cap, per domain the speed-up; HedgeSpec's
+share of time outside ``llama_decode``; greedy, per method, the prompts whose output equals
+``plain``'s and, for each that does not, where it diverges and how many cache cells were
+filled there (past 256 cells llama.cpp's one-row attention splits the cache across threads,
+so a row decoded alone and the same row in a batch differ in the last bits: docs/benchmark.md).
+
+A cell is appended to ``<out>/records.jsonl`` when it finishes; a re-run with the same
+settings skips finished cells (resumable), one with other settings is refused. Written:
+``results.json`` and ``tables.md``.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import numpy as np
+
+from spec_adapters.app.bench.records import Records, check_settings
+
+__all__ = ["CELL_CAP", "METHODS", "LlamaCppBenchConfig", "cpp_lookup", "repeated_share",
+           "run_llamacpp_bench", "summarize_cell", "tables_llamacpp"]
+
+METHODS = ("plain", "lcp-plain", "lcp-lookup", "cpp-lookup", "hedgespec")
+CELL_CAP = 256  # llama.cpp's cache padding: one-row attention splits the cache past 2 x 256
+
+
+@dataclass(frozen=True)
+class LlamaCppBenchConfig:
+    """One run of the llama.cpp benchmark: every (length, temperature) cell, every method."""
+
+    queries_per_domain: int = 5
+    lengths: tuple[int, ...] = (128, 256)
+    temperatures: tuple[float, ...] = (0.0, 0.7)
+    top_p: float = 0.9
+    draft_length: int = 4
+    threads: int = 2
+    n_ctx: int = 1024
+    methods: tuple[str, ...] = METHODS
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        unknown = set(self.methods) - set(METHODS)
+        if unknown:
+            raise ValueError(f"unknown llama.cpp benchmark methods {sorted(unknown)}; "
+                             f"choose from {', '.join(METHODS)}")
+        if "plain" not in self.methods:
+            raise ValueError("the llama.cpp benchmark needs method 'plain' (the reference)")
+
+
+class CellRecords(Records):
+    """``records.jsonl``, one record per finished (length, temperature) cell."""
+
+    @staticmethod
+    def key(r: dict) -> tuple:
+        return (int(r["n"]), float(r["temperature"]))
+
+
+def repeated_share(tokens: Sequence[int], n: int = 5) -> float:
+    """Share of ``tokens`` whose ``n``-gram (ending at them) occurred earlier in ``tokens``."""
+    seen, hits = set(), 0
+    for j in range(n - 1, len(tokens)):
+        gram = tuple(tokens[j - n + 1:j + 1])
+        hits += gram in seen
+        seen.add(gram)
+    return hits / len(tokens) if tokens else 0.0
+
+
+# ------------------------------------------------------------------------------------------
+# the methods: each returns (tokens or text, seconds, target calls or None)
+# ------------------------------------------------------------------------------------------
+class _NoDraft:
+    """Drafts nothing: HedgeSpec's loop as a plain sampled decoder (the sampled reference)."""
+
+    name = "none"
+
+    def draft(self, history, k):
+        return np.zeros(0, np.int64)
+
+
+def _lcp_generate(llm, ids: list[int], n: int, temperature: float, top_p: float,
+                  seed: int) -> list[int]:
+    """llama-cpp-python's high-level generation: greedy, or ``temperature`` with top-p (top-k
+    and min-p off); the end-of-generation token included, as the others count it."""
+    import llama_cpp
+
+    llm.set_seed(seed)
+    out = []
+    for tok in llm.generate(ids, temp=temperature, top_k=0, top_p=top_p if temperature else 1.0,
+                            min_p=0.0, reset=True):
+        out.append(int(tok))
+        if len(out) >= n or llama_cpp.llama_vocab_is_eog(llm._model.vocab, tok):
+            break
+    return out
+
+
+_SECONDS = re.compile(r"(encoded|decoded)\s+(\d+) tokens in\s+([\d.]+) seconds")
+_COUNTS = re.compile(r"\b(n_predict|n_drafted|n_accept)\s*=\s*(\d+)")
+
+
+def cpp_lookup(binary: Path, gguf: Path, prompt_text: str, n: int, temperature: float,
+               top_p: float, k: int, threads: int, n_ctx: int, seed: int) -> dict:
+    """One prompt through llama.cpp's ``llama-lookup``: its generated text (its stdout after
+    the echoed prompt), new tokens (it stops a token or two past ``n``), seconds (its own
+    prompt + decode timings), target calls (new tokens minus accepted drafts) and the prompt's
+    length as it tokenized it. ``RuntimeError`` with its log when it fails."""
+    cmd = [str(binary), "-m", str(gguf), "-p", prompt_text, "-n", str(n),
+           "--spec-draft-n-max", str(k), "-t", str(threads), "-tb", str(threads), "-c", str(n_ctx),
+           "--temp", str(temperature), "--top-k", "0", "--min-p", "0",
+           "--top-p", str(top_p if temperature else 1.0), "-s", str(seed)]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    found = _SECONDS.findall(proc.stderr)
+    times = {kind: float(sec) for kind, _n, sec in found}
+    counts = {name: int(v) for name, v in _COUNTS.findall(proc.stderr)}
+    if proc.returncode != 0 or len(times) < 2 or "n_predict" not in counts:
+        raise RuntimeError(f"llama-lookup failed (rc {proc.returncode}): {proc.stderr[-2000:]}")
+    text = re.sub(r"\x1b\[[0-9;]*m", "", proc.stdout)  # accepted drafts are coloured
+    start = text.find(prompt_text)
+    text = text[start + len(prompt_text):] if start >= 0 else text
+    return {"text": text.removesuffix("\n\n"), "new_tokens": counts["n_predict"],
+            "prompt_tokens": next(int(k) for kind, k, _s in found if kind == "encoded"),
+            "seconds": times["encoded"] + times["decoded"],
+            "calls": counts["n_predict"] - counts.get("n_accept", 0)}
+
+
+# ------------------------------------------------------------------------------------------
+# the run
+# ------------------------------------------------------------------------------------------
+def run_llamacpp_bench(gguf: Path, prompts: Sequence[tuple[str, str, list[int]]],
+                       pool_factory: Callable[[int], list], cfg: LlamaCppBenchConfig, out: Path,
+                       lookup_binary: Path | None = None, progress: bool = True) -> dict:
+    """Run (or resume) every cell of ``cfg`` over ``prompts`` (``(qid, domain, token ids)``);
+    ``pool_factory(vocab_size)`` gives a fresh drafter pool per cell. Returns the summary
+    written to ``out/results.json``.
+
+    Raises
+    ------
+    ValueError
+        ``out`` holds a run of other settings; ``cpp-lookup`` asked for without a binary.
+    """
+    from tqdm import tqdm
+
+    from spec_adapters.llamacpp import GGUFTarget
+
+    if "cpp-lookup" in cfg.methods and (lookup_binary is None or not lookup_binary.is_file()):
+        raise ValueError(f"method cpp-lookup needs llama.cpp's llama-lookup (not found at "
+                         f"{lookup_binary}): build it with `make llama-lookup`, or leave the "
+                         "method out")
+    out.mkdir(parents=True, exist_ok=True)
+    check_settings(out, {"llamacpp": asdict(cfg), "gguf": str(Path(gguf).resolve()),
+                         "prompts": [qid for qid, _d, _ids in prompts]})
+    records = CellRecords(out / "records.jsonl")
+    target = GGUFTarget(gguf, n_ctx=cfg.n_ctx, n_threads=cfg.threads)
+    llms = _llama_cpp_python(gguf, cfg)
+    texts = [target.detokenize(ids, special=True) for _q, _d, ids in prompts]
+    warm_ids = target.tokenize("<|im_start|>user\nSay hello.<|im_end|>\n<|im_start|>assistant\n")
+    cells = [(n, t) for n in cfg.lengths for t in cfg.temperatures if not records.has(n, t)]
+    for n, temp in cells:
+        methods = _Methods(target, llms, pool_factory(target.vocab_size), cfg, gguf,
+                           lookup_binary, n, temp)
+        for m in cfg.methods:  # untimed: the first decodes of a process are slower
+            methods.run(m, warm_ids, target.detokenize(warm_ids, special=True), 0)
+        rows = []
+        bar = tqdm(list(enumerate(prompts)), desc=f"llama.cpp n={n} T={temp}",
+                   disable=not progress)
+        for i, (qid, domain, ids) in bar:
+            row = {"qid": qid, "domain": domain, "prompt_tokens": len(ids)}
+            for m in cfg.methods:
+                row[m] = methods.run(m, ids, texts[i], cfg.seed + i)
+                if "tokens" in row[m]:
+                    row[m]["text"] = target.detokenize(row[m]["tokens"])
+            if "cpp-lookup" in row:  # to place a text divergence at a token
+                row["plain"]["pieces"] = [target.detokenize([t]) for t in row["plain"]["tokens"]]
+            rows.append(row)
+        records.add({"n": n, "temperature": temp, "rows": rows})
+    target.close()
+    summary = {"settings": asdict(cfg),
+               "cells": {f"n{r['n']}-t{r['temperature']}": summarize_cell(r, cfg.methods)
+                         for r in sorted(records.rows.values(),
+                                         key=lambda r: (r["n"], r["temperature"]))}}
+    (out / "results.json").write_text(json.dumps(summary, indent=1))
+    (out / "tables.md").write_text(tables_llamacpp(summary))
+    return summary
+
+
+class _Methods:
+    """Every method of one cell (``n`` new tokens at most, temperature ``temp``): ``run``
+    gives one prompt's output (tokens, or text for llama-lookup), seconds and target calls."""
+
+    def __init__(self, target, llms: dict, pool: list, cfg: LlamaCppBenchConfig, gguf: Path,
+                 lookup_binary: Path | None, n: int, temp: float) -> None:
+        from spec_adapters.llamacpp import LlamaCppDecoder
+
+        self.target, self.llms, self.cfg, self.gguf = target, llms, cfg, gguf
+        self.lookup_binary, self.n, self.temp = lookup_binary, n, temp
+        self.hedgespec = LlamaCppDecoder(target, pool, cfg.draft_length)
+        self.no_draft = LlamaCppDecoder(target, [_NoDraft()], cfg.draft_length)
+
+    def run(self, method: str, ids: list[int], text: str, seed: int) -> dict:
+        from spec_adapters.llamacpp import plain_generate
+
+        cfg, n, temp = self.cfg, self.n, self.temp
+        t0 = time.perf_counter()
+        if method == "plain" and temp == 0:
+            toks = plain_generate(self.target, ids, n)
+        elif method == "plain":
+            toks = self.no_draft.generate(ids, n, temperature=temp, top_p=cfg.top_p,
+                                          seed=seed).tokens
+        elif method == "hedgespec":
+            r = self.hedgespec.generate(ids, n, temperature=temp, top_p=cfg.top_p, seed=seed)
+            return {"tokens": r.tokens, "seconds": time.perf_counter() - t0,
+                    "calls": r.stats["target_calls"],
+                    "non_target_share": r.stats["non_target_share"]}
+        elif method == "cpp-lookup":
+            return cpp_lookup(self.lookup_binary, self.gguf, text, n, temp, cfg.top_p,
+                              cfg.draft_length, cfg.threads, cfg.n_ctx, seed)
+        else:
+            toks = _lcp_generate(self.llms[method], ids, n, temp, cfg.top_p, seed)
+        return {"tokens": toks, "seconds": time.perf_counter() - t0}
+
+
+def _llama_cpp_python(gguf: Path, cfg: LlamaCppBenchConfig) -> dict:
+    """llama-cpp-python's ``Llama`` per method that needs one (flash attention on, as
+    llama.cpp's own default on this CPU and :class:`~spec_adapters.llamacpp.GGUFTarget`)."""
+    import llama_cpp
+    from llama_cpp.llama_speculative import LlamaPromptLookupDecoding
+
+    common = {"n_ctx": cfg.n_ctx, "n_threads": cfg.threads, "n_threads_batch": cfg.threads,
+              "flash_attn": True, "verbose": False, "seed": cfg.seed}
+    llms = {}
+    if "lcp-plain" in cfg.methods:
+        llms["lcp-plain"] = llama_cpp.Llama(str(gguf), **common)
+    if "lcp-lookup" in cfg.methods:
+        llms["lcp-lookup"] = llama_cpp.Llama(
+            str(gguf), draft_model=LlamaPromptLookupDecoding(num_pred_tokens=cfg.draft_length),
+            **common)
+    return llms
+
+
+# ------------------------------------------------------------------------------------------
+# the summary
+# ------------------------------------------------------------------------------------------
+def _new_tokens(r: dict) -> int:
+    return len(r["tokens"]) if "tokens" in r else int(r["new_tokens"])
+
+
+def summarize_cell(cell: dict, methods: Sequence[str]) -> dict:
+    """One cell's figures per method (see the module's docstring)."""
+    rows, n, greedy = cell["rows"], int(cell["n"]), float(cell["temperature"]) == 0
+    methods = [m for m in methods if all(m in r for r in rows)]
+    out: dict = {"n": n, "temperature": float(cell["temperature"]), "prompts": len(rows),
+                 "methods": {}}
+
+    def speed(m: str, keep: Callable[[dict], bool] = lambda r: True) -> float:
+        rs = [r for r in rows if keep(r)]
+        return sum(_new_tokens(r[m]) for r in rs) / sum(r[m]["seconds"] for r in rs)
+
+    base = speed("plain")
+    domains = sorted({r["domain"] for r in rows})
+    for m in methods:
+        rs = [r[m] for r in rows]
+        calls = [r.get("calls") for r in rs]
+        v = {"tok_s": speed(m), "x_plain": speed(m) / base,
+             "mat": (sum(_new_tokens(r) for r in rs) / sum(calls)) if all(calls) else None,
+             "repeated_share": float(np.mean([repeated_share(r["tokens"]) for r in rs
+                                              if "tokens" in r] or [np.nan])),
+             "cap_share": float(np.mean([_new_tokens(r) >= n for r in rs])),
+             "per_domain_x_plain": {d: speed(m, lambda r, d=d: r["domain"] == d)
+                                    / speed("plain", lambda r, d=d: r["domain"] == d)
+                                    for d in domains}}
+        if m == "hedgespec":
+            v["non_target_share"] = float(np.mean([r["non_target_share"] for r in rs]))
+        if all("prompt_tokens" in r for r in rs):  # llama-lookup tokenizes the prompt itself
+            v["same_prompt_tokens"] = sum(r[m]["prompt_tokens"] == r["prompt_tokens"]
+                                          for r in rows)
+        if greedy and m != "plain":
+            v["equal_to_plain"], v["divergences"] = _equality(rows, m)
+        out["methods"][m] = v
+    if "plain" in out["methods"]:
+        out["methods"]["plain"]["repeated_share"] = float(np.mean(
+            [repeated_share(r["plain"]["tokens"]) for r in rows]))
+    return out
+
+
+def _equality(rows: list[dict], m: str) -> tuple[int, list[dict]]:
+    """How many outputs of ``m`` equal plain's (tokens, or the text for a method that gives
+    text), and where each other one diverges (token index, cache cells filled there)."""
+    same, where = 0, []
+    for r in rows:
+        a, b = r["plain"], r[m]
+        if "tokens" in b:
+            if a["tokens"] == b["tokens"]:
+                same += 1
+                continue
+            j = _first_difference(a["tokens"], b["tokens"])
+            cells = r["prompt_tokens"] + j
+        else:  # llama-lookup stops a token or two late: equal where both wrote
+            x, y = a["text"].rstrip("\n"), b["text"].rstrip("\n")
+            if x.startswith(y) or y.startswith(x):
+                same += 1
+                continue
+            j = _first_difference(a["text"], b["text"])
+            prefix = a["text"][:j]  # the plain tokens fully inside the common text
+            k, acc = 0, 0
+            while k < len(a["tokens"]) and acc + len(_piece(a, k)) <= len(prefix):
+                acc += len(_piece(a, k))
+                k += 1
+            j, cells = k, r["prompt_tokens"] + k
+        where.append({"qid": r["qid"], "token": j, "cache_cells": cells,
+                      "past_split": cells > CELL_CAP})
+    return same, where
+
+
+def _first_difference(a: Sequence, b: Sequence) -> int:
+    """The first index where ``a`` and ``b`` differ (the shorter length if one is a prefix)."""
+    return next((i for i, (x, y) in enumerate(zip(a, b, strict=False)) if x != y),
+                min(len(a), len(b)))
+
+
+def _piece(plain: dict, k: int) -> str:
+    """Plain's ``k``-th token's text (kept with the run where a method gives text)."""
+    return plain["pieces"][k]
+
+
+def tables_llamacpp(summary: dict) -> str:
+    """Markdown: one table per cell, then per-domain speed-ups and greedy equality."""
+    lines = []
+    for cell in summary["cells"].values():
+        lines += [f"\n{cell['prompts']} prompts, at most {cell['n']} new tokens, "
+                  f"T = {cell['temperature']}" + (" (top-p 0.9)" if cell["temperature"] else ""),
+                  "", "| method | tok/s | x plain | MAT | repeated 5-grams | hit the cap |",
+                  "|---|---|---|---|---|---|"]
+        for m, v in cell["methods"].items():
+            mat = "–" if v["mat"] is None else f"{v['mat']:.2f}"
+            rep = "–" if np.isnan(v["repeated_share"]) else f"{v['repeated_share']:.0%}"
+            lines.append(f"| {m} | {v['tok_s']:.1f} | {v['x_plain']:.2f}x | {mat} | {rep} | "
+                         f"{v['cap_share']:.0%} |")
+        if "hedgespec" in cell["methods"]:
+            lines.append(f"\nHedgeSpec's time outside llama_decode: "
+                         f"{cell['methods']['hedgespec']['non_target_share']:.1%}")
+        lines.append("per domain, x plain: " + "; ".join(
+            f"{m} " + ", ".join(f"{d} {x:.2f}" for d, x in v["per_domain_x_plain"].items())
+            for m, v in cell["methods"].items() if m != "plain"))
+        for m, v in cell["methods"].items():
+            if "equal_to_plain" in v:
+                past = sum(d["past_split"] for d in v["divergences"])
+                lines.append(f"{m}: output equal to plain on {v['equal_to_plain']} of "
+                             f"{cell['prompts']}" + (f"; of the {len(v['divergences'])} others, "
+                                                     f"{past} diverge past {CELL_CAP} cache "
+                                                     "cells" if v["divergences"] else ""))
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,29 @@
+"""The model-free pool of the engines that take point-mass drafters (llama.cpp): prompt lookup
+(n = 1..4), the suffix drafter with its memory of finished requests, and the cached pool's
+n-gram specialists read as point masses."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from spec_adapters.selection import PointDrafter, PromptLookup, SuffixDraft
+
+__all__ = ["PROMPT_LOOKUP_SIZES", "point_pool"]
+
+PROMPT_LOOKUP_SIZES = (1, 2, 3, 4)
+
+
+def point_pool(folder: str | Path, vocab_size: int) -> list[PointDrafter]:
+    """Prompt lookup (:data:`PROMPT_LOOKUP_SIZES`), the suffix drafter, then the n-gram drafters
+    of the pool ``folder`` (``<cache>/pool/<target id>``, built by ``hedgespec demo`` /
+    ``train-drafters``).
+
+    Raises
+    ------
+    ValueError
+        ``folder`` holds no complete n-gram pool, or one over another vocabulary.
+    """
+    from spec_adapters.vllm.drafters import load_pool_folder
+
+    return [*(PromptLookup(n) for n in PROMPT_LOOKUP_SIZES), SuffixDraft(),
+            *load_pool_folder(folder, vocab_size)]

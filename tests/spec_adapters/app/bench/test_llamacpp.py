@@ -1,0 +1,133 @@
+"""``hedgespec bench --engine llamacpp``'s run, resume and figures on a tiny Q4_1 GGUF written by
+the test (llama.cpp plain, llama-cpp-python plain, HedgeSpec), and its reading of llama.cpp's
+``llama-lookup`` log."""
+
+from __future__ import annotations
+
+import json
+import stat
+from dataclasses import replace
+
+import gguf
+import pytest
+
+from spec_adapters.app.bench import llamacpp as bench
+from spec_adapters.app.bench.llamacpp import (
+    LlamaCppBenchConfig,
+    cpp_lookup,
+    run_llamacpp_bench,
+    summarize_cell,
+)
+from spec_adapters.selection import PromptLookup
+from tests.spec_adapters.hf.test_models import write_tiny_gguf
+
+PROMPTS = [("a/0", "a", [5, 70, 71, 72, 5, 70, 71]), ("b/0", "b", [100, 101, 102, 103]),
+           ("a/1", "a", list(range(40, 60)))]
+CFG = LlamaCppBenchConfig(lengths=(12,), temperatures=(0.0, 0.7), threads=1, n_ctx=128,
+                          methods=("plain", "lcp-plain", "hedgespec"))
+
+
+@pytest.fixture(scope="module")
+def model(tmp_path_factory):
+    path = tmp_path_factory.mktemp("gguf") / "tiny-q4_1.gguf"
+    write_tiny_gguf(path, hidden=64, heads=1, kv_heads=1, ff=128, seed=3,
+                    qtype=gguf.GGMLQuantizationType.Q4_1)
+    return path
+
+
+def _pool(vocab: int) -> list:
+    return [PromptLookup(1), PromptLookup(2)]
+
+
+def test_a_run_reports_every_cell_resumes_and_refuses_other_settings(model, tmp_path,
+                                                                     monkeypatch):
+    summary = run_llamacpp_bench(model, PROMPTS, _pool, CFG, tmp_path, progress=False)
+    assert set(summary["cells"]) == {"n12-t0.0", "n12-t0.7"}
+    greedy = summary["cells"]["n12-t0.0"]["methods"]
+    assert set(greedy) == {"plain", "lcp-plain", "hedgespec"}
+    assert greedy["hedgespec"]["equal_to_plain"] == 3 and greedy["hedgespec"]["mat"] >= 1
+    assert greedy["plain"]["cap_share"] == 1.0 and greedy["plain"]["x_plain"] == 1.0
+    assert set(greedy["hedgespec"]["per_domain_x_plain"]) == {"a", "b"}
+    assert 0 <= greedy["hedgespec"]["non_target_share"] < 1
+    assert "equal_to_plain" not in summary["cells"]["n12-t0.7"]["methods"]["hedgespec"]
+    assert (tmp_path / "tables.md").read_text().count("| hedgespec |") == 2
+    # a re-run with the same settings redoes nothing
+    monkeypatch.setattr(bench, "_Methods", None)
+    again = run_llamacpp_bench(model, PROMPTS, _pool, CFG, tmp_path, progress=False)
+    assert json.loads(json.dumps(again)) == json.loads(json.dumps(summary))
+    with pytest.raises(ValueError, match="other settings"):
+        run_llamacpp_bench(model, PROMPTS, _pool, replace(CFG, draft_length=2), tmp_path)
+
+
+def test_bad_settings_name_the_problem(model, tmp_path):
+    with pytest.raises(ValueError, match=r"unknown llama\.cpp benchmark methods"):
+        LlamaCppBenchConfig(methods=("plain", "eagle"))
+    with pytest.raises(ValueError, match="needs method 'plain'"):
+        LlamaCppBenchConfig(methods=("hedgespec",))
+    with pytest.raises(ValueError, match="make llama-lookup"):
+        run_llamacpp_bench(model, PROMPTS, _pool, replace(CFG, methods=("plain", "cpp-lookup")),
+                           tmp_path, lookup_binary=tmp_path / "missing")
+
+
+def _rec(tokens, seconds=1.0, **extra):
+    return {"tokens": tokens, "seconds": seconds, **extra}
+
+
+def test_equality_places_each_divergence_and_its_cache_cells():
+    """Token methods diverge at their first differing token; a text method (llama-lookup, a
+    token or two longer) is equal where one text extends the other, else placed at the plain
+    token whose text it leaves."""
+    plain = [_rec([1, 2, 3, 4]), _rec([5, 6, 7, 8])]
+    plain[0]["text"], plain[1]["text"] = "ab cd ef gh", "ij kl mn op"
+    plain[0]["pieces"], plain[1]["pieces"] = ["ab", " cd", " ef", " gh"], ["ij", " kl", " mn",
+                                                                           " op"]
+    rows = [{"qid": "x/0", "domain": "x", "prompt_tokens": 250, "plain": plain[0],
+             "mine": _rec([1, 2, 9, 9], 0.5, calls=2),
+             "text": {"text": "ab cd ef gh ij", "new_tokens": 5, "seconds": 1.0, "calls": 3,
+                      "prompt_tokens": 250}},
+            {"qid": "x/1", "domain": "x", "prompt_tokens": 10, "plain": plain[1],
+             "mine": _rec([5, 6, 7, 8], 0.5, calls=2),
+             "text": {"text": "ij kl zz", "new_tokens": 3, "seconds": 1.0, "calls": 2,
+                      "prompt_tokens": 11}}]
+    cell = summarize_cell({"n": 4, "temperature": 0.0, "rows": rows}, ("plain", "mine", "text"))
+    mine, text = cell["methods"]["mine"], cell["methods"]["text"]
+    assert mine["equal_to_plain"] == 1
+    assert mine["divergences"] == [{"qid": "x/0", "token": 2, "cache_cells": 252,
+                                    "past_split": False}]
+    assert mine["x_plain"] == 2.0 and mine["mat"] == 2.0
+    assert text["equal_to_plain"] == 1 and text["same_prompt_tokens"] == 1
+    assert text["divergences"] == [{"qid": "x/1", "token": 2, "cache_cells": 12,
+                                    "past_split": False}]
+    rows[0]["mine"] = _rec([4] * 7 + [9], calls=4)  # diverges past 256 cells
+    rows[0]["plain"] = _rec([4] * 8)  # three 5-grams seen before
+    cell = summarize_cell({"n": 8, "temperature": 0.0, "rows": rows}, ("plain", "mine"))
+    assert cell["methods"]["mine"]["divergences"][0] == {
+        "qid": "x/0", "token": 7, "cache_cells": 257, "past_split": True}
+    assert cell["methods"]["plain"]["repeated_share"] == pytest.approx((3 / 8 + 0) / 2)
+
+
+LOOKUP_LOG = """0.00.324.087 I cmn          init: llama threadpool init, n_threads = 2
+0.01.125.771 I encoded   12 tokens in    0.099 seconds, speed:  645.161 t/s
+0.01.125.825 I decoded   52 tokens in    0.667 seconds, speed:   78.007 t/s
+0.01.125.911 I n_draft      = 4
+0.01.125.956 I n_predict    = 52
+0.01.126.001 I n_drafted    = 32
+0.01.126.134 I n_accept     = 30
+"""
+
+
+def test_cpp_lookup_reads_llama_lookups_output_and_log(tmp_path):
+    """The text after the echoed prompt (accepted drafts' colour codes removed), the counts
+    and the seconds of the log lines llama-lookup writes (their format, as printed by the
+    build of ``make llama-lookup``), and its failure with the log."""
+    (tmp_path / "log").write_text(LOOKUP_LOG)
+    fake = tmp_path / "llama-lookup"
+    fake.write_text("#!/bin/sh\nprintf '\\n\\n<p>hi\\033[34m there\\033[0m you\\n\\n'\n"
+                    f"cat {tmp_path / 'log'} >&2\n")
+    fake.chmod(fake.stat().st_mode | stat.S_IEXEC)
+    got = cpp_lookup(fake, tmp_path / "m.gguf", "<p>", 52, 0.0, 0.9, 4, 2, 1024, 0)
+    assert got == {"text": "hi there you", "new_tokens": 52, "seconds": pytest.approx(0.766),
+                   "calls": 22, "prompt_tokens": 12}
+    fake.write_text("#!/bin/sh\necho 'error: invalid argument: --x' >&2\nexit 1\n")
+    with pytest.raises(RuntimeError, match=r"llama-lookup failed.*invalid argument"):
+        cpp_lookup(fake, tmp_path / "m.gguf", "<p>", 52, 0.0, 0.9, 4, 2, 1024, 0)
