@@ -11,7 +11,7 @@ BIN_VLLM   := $(VENV_VLLM)/bin
 STAMP_VLLM := $(VENV_VLLM)/.installed
 VLLM_ENV   := LD_PRELOAD=$(CURDIR)/$(VENV_VLLM)/lib/libiomp5.so VLLM_CPU_KVCACHE_SPACE=1
 
-.PHONY: demo test test-vllm lint bench proofs clean llama-lookup
+.PHONY: demo test test-vllm lint bench proofs clean llama-cpp-tools
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -54,12 +54,13 @@ test-vllm: $(STAMP_VLLM)
 lint: $(STAMP)
 	$(BIN)/ruff check .
 
-# llama.cpp's own C++ n-gram speculation (a peer of `hedgespec bench --engine llamacpp`), built
-# from the llama.cpp sources vendored in the llama-cpp-python sdist the project pins (~6 min on
-# 2 cores; needs cmake and a C++ compiler)
+# llama.cpp's own programs, plain (llama-completion) and its C++ n-gram speculation
+# (llama-lookup): peers of `hedgespec bench --engine llamacpp`, built from the llama.cpp sources
+# vendored in the llama-cpp-python sdist the project pins (~6 min on 2 cores; cmake, a C++
+# compiler)
 LCPP_VERSION := 0.3.36
 LCPP_DIR     := .cache/llama.cpp
-llama-lookup: $(LCPP_DIR)/llama-lookup
+llama-cpp-tools: $(LCPP_DIR)/llama-lookup
 
 $(LCPP_DIR)/llama-lookup: | $(STAMP)
 	rm -rf $(LCPP_DIR)/src $(LCPP_DIR)/build && mkdir -p $(LCPP_DIR)/src
@@ -69,8 +70,8 @@ $(LCPP_DIR)/llama-lookup: | $(STAMP)
 	cmake -S $(LCPP_DIR)/src/llama_cpp_python-$(LCPP_VERSION)/vendor/llama.cpp \
 		-B $(LCPP_DIR)/build -DCMAKE_BUILD_TYPE=Release -DBUILD_SHARED_LIBS=OFF \
 		-DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_SERVER=OFF
-	cmake --build $(LCPP_DIR)/build -j $$(nproc) --target llama-lookup
-	cp $(LCPP_DIR)/build/bin/llama-lookup $@
+	cmake --build $(LCPP_DIR)/build -j $$(nproc) --target llama-completion llama-lookup
+	cp $(LCPP_DIR)/build/bin/llama-completion $(LCPP_DIR)/build/bin/llama-lookup $(LCPP_DIR)/
 
 bench: $(STAMP)
 	$(BIN)/python -m onlinelearn.bench

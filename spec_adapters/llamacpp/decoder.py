@@ -18,9 +18,15 @@ One round (the transformers loop's, with point-mass drafters; every decision is
 A finished request is committed to the drafters that keep a memory of earlier requests (the
 suffix drafter), as the vLLM proposer does.
 
-Lossless: greedy output is the target's greedy output token for token (the same rows, the
-same argmax), sampled output follows the warped target law whatever the draft
-(``python -m proofs_check --only pointmass``).
+Lossless: greedy output is the argmax of the target's logits row by row, sampled output
+follows the warped target law whatever the draft (``python -m proofs_check --only
+pointmass``). Against llama.cpp decoding one token per ``llama_decode``: with a quantized
+model (Q4_1, the default target's) a row's logits are the same bits alone or in a round's
+batch (tested) while the cache spans fewer than 512 cells; llama.cpp pads the cache it
+attends over to multiples of 256 and, from 512 on, splits a lone row's attention over the
+cache across threads (ggml-cpu ``use_split_kv_path``), so past 256 cached tokens a one-token
+loop and any batched verifier, llama.cpp's own speculation included, differ in the last bits
+and a near-tie may flip.
 """
 
 from __future__ import annotations

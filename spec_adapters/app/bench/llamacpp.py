@@ -10,13 +10,16 @@ prompt. Methods (:data:`METHODS`):
 ``plain``       llama.cpp one token per ``llama_decode`` with the last row's logits, our loop
                 (:func:`spec_adapters.llamacpp.plain_generate`; sampled: HedgeSpec's loop with
                 a drafter that never drafts, the same sampling code): the reference;
+``cpp-plain``   llama.cpp's own ``llama-completion``, greedy or sampled (its C++ sampler),
+                the prompt in one batch as ours: the C++ reference for outputs and speed;
 ``lcp-plain``   llama-cpp-python's ``Llama.generate`` (its C sampler chain), flash attention on
                 as llama.cpp's own default (``Llama``'s default is off, other floats);
 ``lcp-lookup``  the same with ``LlamaPromptLookupDecoding`` (K draft tokens; its draft-model
                 mode computes every position's logits);
-``cpp-lookup``  llama.cpp's own C++ n-gram speculation, ``llama-lookup`` built from the
-                sources vendored in llama-cpp-python's sdist (``make llama-lookup``); its
-                seconds are its own log's (prompt + decode, the model load excluded);
+``cpp-lookup``  llama.cpp's own C++ n-gram speculation, ``llama-lookup`` (it decodes the
+                prompt but its last token, then that token alone); both programs built from
+                the sources vendored in llama-cpp-python's sdist (``make llama-cpp-tools``),
+                their seconds their own logs' (the model load excluded);
 ``hedgespec``   :class:`spec_adapters.llamacpp.LlamaCppDecoder` over the model-free pool
                 (:func:`spec_adapters.app.pool.point_pool.point_pool`), cost-aware (k = 0
                 allowed), learning across the cell's stream (its suffix memory too), fresh per
@@ -49,10 +52,11 @@ import numpy as np
 
 from spec_adapters.app.bench.records import Records, check_settings
 
-__all__ = ["CELL_CAP", "METHODS", "LlamaCppBenchConfig", "cpp_lookup", "repeated_share",
+__all__ = ["CELL_CAP", "CPP_TOOLS", "METHODS", "LlamaCppBenchConfig", "cpp_generate",
+           "repeated_share",
            "run_llamacpp_bench", "summarize_cell", "tables_llamacpp"]
 
-METHODS = ("plain", "lcp-plain", "lcp-lookup", "cpp-lookup", "hedgespec")
+METHODS = ("plain", "cpp-plain", "lcp-plain", "lcp-lookup", "cpp-lookup", "hedgespec")
 CELL_CAP = 256  # llama.cpp's cache padding: one-row attention splits the cache past 2 x 256
 
 
@@ -125,27 +129,43 @@ def _lcp_generate(llm, ids: list[int], n: int, temperature: float, top_p: float,
     return out
 
 
+CPP_TOOLS = {"cpp-plain": "llama-completion", "cpp-lookup": "llama-lookup"}
 _SECONDS = re.compile(r"(encoded|decoded)\s+(\d+) tokens in\s+([\d.]+) seconds")
 _COUNTS = re.compile(r"\b(n_predict|n_drafted|n_accept)\s*=\s*(\d+)")
+_PERF = re.compile(r"(sampling time|prompt eval time|\beval time)\s*=\s*([\d.]+) ms"
+                   r"(?:\s*/\s*(\d+) (?:tokens|runs))?")
 
 
-def cpp_lookup(binary: Path, gguf: Path, prompt_text: str, n: int, temperature: float,
-               top_p: float, k: int, threads: int, n_ctx: int, seed: int) -> dict:
-    """One prompt through llama.cpp's ``llama-lookup``: its generated text (its stdout after
-    the echoed prompt), new tokens (it stops a token or two past ``n``), seconds (its own
-    prompt + decode timings), target calls (new tokens minus accepted drafts) and the prompt's
-    length as it tokenized it. ``RuntimeError`` with its log when it fails."""
-    cmd = [str(binary), "-m", str(gguf), "-p", prompt_text, "-n", str(n),
-           "--spec-draft-n-max", str(k), "-t", str(threads), "-tb", str(threads), "-c", str(n_ctx),
-           "--temp", str(temperature), "--top-k", "0", "--min-p", "0",
-           "--top-p", str(top_p if temperature else 1.0), "-s", str(seed)]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
-    found = _SECONDS.findall(proc.stderr)
+def cpp_generate(method: str, cpp_bin: Path, gguf: Path, prompt_text: str, n: int,
+                 temperature: float, top_p: float, k: int, threads: int, n_ctx: int,
+                 seed: int) -> dict:
+    """One prompt through the llama.cpp program of ``method`` (:data:`CPP_TOOLS`), in the
+    folder ``cpp_bin``: ``llama-completion`` (plain, the text only) or ``llama-lookup`` (its
+    n-gram speculation, K = ``k``). Returns its generated text, new
+    tokens (llama-lookup stops a token or two past ``n``), seconds (its own timings: prompt
+    + decode, and sampling for llama-completion; the model load excluded), target calls (new
+    tokens minus accepted drafts) and the prompt's length as it tokenized the text.
+    ``RuntimeError`` with its log when it fails."""
+    binary, lookup = cpp_bin / CPP_TOOLS[method], method == "cpp-lookup"
+    cmd = [str(binary), "-m", str(gguf), "-p", prompt_text, "-n", str(n), "-t", str(threads),
+           "-tb", str(threads), "-c", str(n_ctx), "--temp", str(temperature), "--top-k", "0",
+           "--min-p", "0", "--top-p", str(top_p if temperature else 1.0), "-s", str(seed),
+           *(["--spec-draft-n-max", str(k)] if lookup else ["-no-cnv", "--no-display-prompt"])]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600,
+                          stdin=subprocess.DEVNULL)
+    try:
+        return (_read_lookup if lookup else _read_completion)(proc.stdout, proc.stderr,
+                                                               prompt_text)
+    except (KeyError, StopIteration, ValueError):
+        raise RuntimeError(f"{binary.name} failed (rc {proc.returncode}): "
+                           f"{proc.stderr[-2000:]}") from None
+
+
+def _read_lookup(out: str, err: str, prompt_text: str) -> dict:
+    found = _SECONDS.findall(err)
     times = {kind: float(sec) for kind, _n, sec in found}
-    counts = {name: int(v) for name, v in _COUNTS.findall(proc.stderr)}
-    if proc.returncode != 0 or len(times) < 2 or "n_predict" not in counts:
-        raise RuntimeError(f"llama-lookup failed (rc {proc.returncode}): {proc.stderr[-2000:]}")
-    text = re.sub(r"\x1b\[[0-9;]*m", "", proc.stdout)  # accepted drafts are coloured
+    counts = {name: int(v) for name, v in _COUNTS.findall(err)}
+    text = re.sub(r"\x1b\[[0-9;]*m", "", out)  # accepted drafts are coloured
     start = text.find(prompt_text)
     text = text[start + len(prompt_text):] if start >= 0 else text
     return {"text": text.removesuffix("\n\n"), "new_tokens": counts["n_predict"],
@@ -154,29 +174,39 @@ def cpp_lookup(binary: Path, gguf: Path, prompt_text: str, n: int, temperature: 
             "calls": counts["n_predict"] - counts.get("n_accept", 0)}
 
 
+def _read_completion(out: str, err: str, prompt_text: str) -> dict:
+    perf = {name: (float(ms), count) for name, ms, count in _PERF.findall(err)}
+    runs = int(perf["eval time"][1])  # the first token comes with the prompt's decode
+    return {"text": out.removesuffix("\n"), "new_tokens": runs + 1,
+            "prompt_tokens": int(perf["prompt eval time"][1]),
+            "seconds": sum(ms for ms, _c in perf.values()) / 1e3, "calls": runs + 1}
+
+
 # ------------------------------------------------------------------------------------------
 # the run
 # ------------------------------------------------------------------------------------------
 def run_llamacpp_bench(gguf: Path, prompts: Sequence[tuple[str, str, list[int]]],
                        pool_factory: Callable[[int], list], cfg: LlamaCppBenchConfig, out: Path,
-                       lookup_binary: Path | None = None, progress: bool = True) -> dict:
+                       cpp_bin: Path | None = None, progress: bool = True) -> dict:
     """Run (or resume) every cell of ``cfg`` over ``prompts`` (``(qid, domain, token ids)``);
-    ``pool_factory(vocab_size)`` gives a fresh drafter pool per cell. Returns the summary
-    written to ``out/results.json``.
+    ``pool_factory(vocab_size)`` gives a fresh drafter pool per cell; ``cpp_bin`` is the
+    folder of llama.cpp's programs (:data:`CPP_TOOLS`). Returns the summary written to
+    ``out/results.json``.
 
     Raises
     ------
     ValueError
-        ``out`` holds a run of other settings; ``cpp-lookup`` asked for without a binary.
+        ``out`` holds a run of other settings; a llama.cpp program's method without it.
     """
     from tqdm import tqdm
 
     from spec_adapters.llamacpp import GGUFTarget
 
-    if "cpp-lookup" in cfg.methods and (lookup_binary is None or not lookup_binary.is_file()):
-        raise ValueError(f"method cpp-lookup needs llama.cpp's llama-lookup (not found at "
-                         f"{lookup_binary}): build it with `make llama-lookup`, or leave the "
-                         "method out")
+    for m in set(cfg.methods) & set(CPP_TOOLS):
+        if cpp_bin is None or not (cpp_bin / CPP_TOOLS[m]).is_file():
+            raise ValueError(f"method {m} needs llama.cpp's {CPP_TOOLS[m]} (not found in "
+                             f"{cpp_bin}): build it with `make llama-cpp-tools`, or leave the "
+                             "method out")
     out.mkdir(parents=True, exist_ok=True)
     check_settings(out, {"llamacpp": asdict(cfg), "gguf": str(Path(gguf).resolve()),
                          "prompts": [qid for qid, _d, _ids in prompts]})
@@ -187,8 +217,8 @@ def run_llamacpp_bench(gguf: Path, prompts: Sequence[tuple[str, str, list[int]]]
     warm_ids = target.tokenize("<|im_start|>user\nSay hello.<|im_end|>\n<|im_start|>assistant\n")
     cells = [(n, t) for n in cfg.lengths for t in cfg.temperatures if not records.has(n, t)]
     for n, temp in cells:
-        methods = _Methods(target, llms, pool_factory(target.vocab_size), cfg, gguf,
-                           lookup_binary, n, temp)
+        methods = _Methods(target, llms, pool_factory(target.vocab_size), cfg, gguf, cpp_bin,
+                           n, temp)
         for m in cfg.methods:  # untimed: the first decodes of a process are slower
             methods.run(m, warm_ids, target.detokenize(warm_ids, special=True), 0)
         rows = []
@@ -200,7 +230,7 @@ def run_llamacpp_bench(gguf: Path, prompts: Sequence[tuple[str, str, list[int]]]
                 row[m] = methods.run(m, ids, texts[i], cfg.seed + i)
                 if "tokens" in row[m]:
                     row[m]["text"] = target.detokenize(row[m]["tokens"])
-            if "cpp-lookup" in row:  # to place a text divergence at a token
+            if set(row) & set(CPP_TOOLS):  # to place a text divergence at a token
                 row["plain"]["pieces"] = [target.detokenize([t]) for t in row["plain"]["tokens"]]
             rows.append(row)
         records.add({"n": n, "temperature": temp, "rows": rows})
@@ -219,11 +249,11 @@ class _Methods:
     gives one prompt's output (tokens, or text for llama-lookup), seconds and target calls."""
 
     def __init__(self, target, llms: dict, pool: list, cfg: LlamaCppBenchConfig, gguf: Path,
-                 lookup_binary: Path | None, n: int, temp: float) -> None:
+                 cpp_bin: Path | None, n: int, temp: float) -> None:
         from spec_adapters.llamacpp import LlamaCppDecoder
 
         self.target, self.llms, self.cfg, self.gguf = target, llms, cfg, gguf
-        self.lookup_binary, self.n, self.temp = lookup_binary, n, temp
+        self.cpp_bin, self.n, self.temp = cpp_bin, n, temp
         self.hedgespec = LlamaCppDecoder(target, pool, cfg.draft_length)
         self.no_draft = LlamaCppDecoder(target, [_NoDraft()], cfg.draft_length)
 
@@ -242,9 +272,9 @@ class _Methods:
             return {"tokens": r.tokens, "seconds": time.perf_counter() - t0,
                     "calls": r.stats["target_calls"],
                     "non_target_share": r.stats["non_target_share"]}
-        elif method == "cpp-lookup":
-            return cpp_lookup(self.lookup_binary, self.gguf, text, n, temp, cfg.top_p,
-                              cfg.draft_length, cfg.threads, cfg.n_ctx, seed)
+        elif method in CPP_TOOLS:
+            return cpp_generate(method, self.cpp_bin, self.gguf, text, n, temp, cfg.top_p,
+                                cfg.draft_length, cfg.threads, cfg.n_ctx, seed)
         else:
             toks = _lcp_generate(self.llms[method], ids, n, temp, cfg.top_p, seed)
         return {"tokens": toks, "seconds": time.perf_counter() - t0}

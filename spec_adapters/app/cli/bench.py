@@ -11,7 +11,7 @@ from pathlib import Path
 
 from spec_adapters.app.args import file_arg, floats_arg, folder_arg, int_arg, names_arg
 from spec_adapters.app.bench.config import PRESETS, BenchConfig
-from spec_adapters.app.bench.llamacpp import METHODS, LlamaCppBenchConfig
+from spec_adapters.app.bench.llamacpp import CPP_TOOLS, METHODS, LlamaCppBenchConfig
 from spec_adapters.app.cli.common import (
     UserError,
     add_command,
@@ -69,8 +69,8 @@ def add_bench(sub) -> None:
                    help="results folder (default results/bench-PRESET, results/bench-llamacpp)")
     s.add_argument("--engine", choices=ENGINES, default="transformers",
                    help="transformers (default): the presets above; llamacpp: the shipped "
-                        "GGUF in llama.cpp, HedgeSpec against llama.cpp plain, llama-cpp-python "
-                        "plain and prompt lookup and llama.cpp's C++ llama-lookup, 128 and 256 "
+                        "GGUF in llama.cpp, HedgeSpec against llama.cpp's own llama-completion "
+                        "and llama-lookup, llama-cpp-python plain and prompt lookup, 128 and 256 "
                         "new tokens, greedy and T = 0.7 (~1 hour on 2 cores; --max-new-tokens "
                         "and --temperatures narrow it)")
     s.add_argument("--temperatures", type=floats_arg(0.0), default=None,
@@ -82,10 +82,11 @@ def add_bench(sub) -> None:
     s.add_argument("--gguf", type=file_arg, default=None,
                    help="--engine llamacpp: the GGUF file (default: the shipped default "
                         "target's, as is)")
-    s.add_argument("--llama-lookup", type=Path, default=None,
-                   help="--engine llamacpp: llama.cpp's llama-lookup binary (default "
-                        "<cache-dir>/llama.cpp/llama-lookup, built by `make llama-lookup`; "
-                        "without it, method cpp-lookup is left out with a note)")
+    s.add_argument("--llama-cpp-bin", type=Path, default=None,
+                   help="--engine llamacpp: the folder of llama.cpp's llama-completion and "
+                        "llama-lookup (default <cache-dir>/llama.cpp, where `make "
+                        "llama-cpp-tools` builds them; without them, methods cpp-plain and "
+                        "cpp-lookup are left out with a note)")
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
@@ -138,14 +139,16 @@ def _bench_llamacpp(args: argparse.Namespace) -> int:
                "threads": args.threads, "temperatures": args.temperatures,
                "lengths": args.max_new_tokens and (args.max_new_tokens,),
                "methods": args.methods}
-    binary = args.llama_lookup or Path(args.cache_dir) / "llama.cpp" / "llama-lookup"
-    if not binary.is_file() and "cpp-lookup" in (args.methods or cfg.methods):
-        if args.methods:
-            raise UserError(f"method cpp-lookup needs llama.cpp's llama-lookup, not found at "
-                            f"{binary}: build it with `make llama-lookup`")
-        _log(f"llama.cpp's llama-lookup is not at {binary} (`make llama-lookup` builds it): "
-             "method cpp-lookup is left out")
-        changes["methods"] = tuple(m for m in cfg.methods if m != "cpp-lookup")
+    cpp_bin = args.llama_cpp_bin or Path(args.cache_dir) / "llama.cpp"
+    missing = [m for m, tool in CPP_TOOLS.items()
+               if m in (args.methods or cfg.methods) and not (cpp_bin / tool).is_file()]
+    if missing and args.methods:
+        raise UserError(f"methods {', '.join(missing)} need llama.cpp's programs, not found in "
+                        f"{cpp_bin}: build them with `make llama-cpp-tools`")
+    if missing:
+        _log(f"llama.cpp's programs are not in {cpp_bin} (`make llama-cpp-tools` builds them): "
+             f"methods {', '.join(missing)} are left out")
+        changes["methods"] = tuple(m for m in cfg.methods if m not in missing)
     try:
         cfg = replace(cfg, **{k: v for k, v in changes.items() if v is not None})
     except ValueError as err:
@@ -158,7 +161,7 @@ def _bench_llamacpp(args: argparse.Namespace) -> int:
     out = Path(args.out or "results/bench-llamacpp")
     try:
         summary = run_llamacpp_bench(Path(args.gguf or find_default_gguf()), prompts,
-                                     lambda vocab: point_pool(folder, vocab), cfg, out, binary)
+                                     lambda vocab: point_pool(folder, vocab), cfg, out, cpp_bin)
     except ValueError as err:
         raise UserError(str(err)) from None
     print(tables_llamacpp(summary))

@@ -92,7 +92,7 @@ def test_a_rounds_rows_are_bit_for_bit_one_token_decodes_after_rollbacks(q41_tar
     kept row's logits equal, bit for bit, those of llama.cpp decoding one token at a time (the
     positions, the cache and the rollback are right; stronger than an equal argmax). Holds
     while the cache is under 256 cells; past them llama.cpp's one-row attention splits the
-    cache across threads (docs/llamacpp.md)."""
+    cache across threads (docs/benchmark.md, llama.cpp)."""
     target = q41_target
     prompt, n = PROMPTS[2], 40
     seq, rows = list(prompt), [target.prefill(prompt)]

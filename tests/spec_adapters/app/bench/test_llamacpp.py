@@ -14,7 +14,7 @@ import pytest
 from spec_adapters.app.bench import llamacpp as bench
 from spec_adapters.app.bench.llamacpp import (
     LlamaCppBenchConfig,
-    cpp_lookup,
+    cpp_generate,
     run_llamacpp_bench,
     summarize_cell,
 )
@@ -64,9 +64,9 @@ def test_bad_settings_name_the_problem(model, tmp_path):
         LlamaCppBenchConfig(methods=("plain", "eagle"))
     with pytest.raises(ValueError, match="needs method 'plain'"):
         LlamaCppBenchConfig(methods=("hedgespec",))
-    with pytest.raises(ValueError, match="make llama-lookup"):
+    with pytest.raises(ValueError, match=r"cpp-lookup needs llama\.cpp's llama-lookup"):
         run_llamacpp_bench(model, PROMPTS, _pool, replace(CFG, methods=("plain", "cpp-lookup")),
-                           tmp_path, lookup_binary=tmp_path / "missing")
+                           tmp_path, cpp_bin=tmp_path)
 
 
 def _rec(tokens, seconds=1.0, **extra):
@@ -114,20 +114,37 @@ LOOKUP_LOG = """0.00.324.087 I cmn          init: llama threadpool init, n_threa
 0.01.126.001 I n_drafted    = 32
 0.01.126.134 I n_accept     = 30
 """
+COMPLETION_LOG = """0.14.269.896 I common_perf_print:    sampling time =      99.62 ms
+0.14.269.930 I common_perf_print:        load time =     496.06 ms
+0.14.269.940 I common_perf_print: prompt eval time =    1354.86 ms /    23 tokens (   58.91 ms \
+per token,    16.98 tokens per second)
+0.14.269.951 I common_perf_print:        eval time =   11831.13 ms /    63 runs   (  187.80 ms \
+per token,     5.32 tokens per second)
+"""
 
 
-def test_cpp_lookup_reads_llama_lookups_output_and_log(tmp_path):
-    """The text after the echoed prompt (accepted drafts' colour codes removed), the counts
-    and the seconds of the log lines llama-lookup writes (their format, as printed by the
-    build of ``make llama-lookup``), and its failure with the log."""
-    (tmp_path / "log").write_text(LOOKUP_LOG)
-    fake = tmp_path / "llama-lookup"
-    fake.write_text("#!/bin/sh\nprintf '\\n\\n<p>hi\\033[34m there\\033[0m you\\n\\n'\n"
-                    f"cat {tmp_path / 'log'} >&2\n")
+def _fake(folder, name: str, stdout: str, log: str) -> None:
+    """A stand-in for a llama.cpp program: prints ``stdout``, writes ``log`` to stderr."""
+    (folder / f"{name}.log").write_text(log)
+    fake = folder / name
+    fake.write_text(f"#!/bin/sh\nprintf '{stdout}'\ncat {folder / name}.log >&2\n")
     fake.chmod(fake.stat().st_mode | stat.S_IEXEC)
-    got = cpp_lookup(fake, tmp_path / "m.gguf", "<p>", 52, 0.0, 0.9, 4, 2, 1024, 0)
-    assert got == {"text": "hi there you", "new_tokens": 52, "seconds": pytest.approx(0.766),
-                   "calls": 22, "prompt_tokens": 12}
-    fake.write_text("#!/bin/sh\necho 'error: invalid argument: --x' >&2\nexit 1\n")
+
+
+def test_cpp_generate_reads_llama_cpps_programs_output_and_logs(tmp_path):
+    """llama-lookup: the text after the echoed prompt (accepted drafts' colour codes removed),
+    its counts and seconds; llama-completion: its text, runs + 1 tokens, prompt + decode +
+    sampling seconds, the load excluded (the log lines as the build of ``make
+    llama-cpp-tools`` writes them); a failure raises with the log."""
+    _fake(tmp_path, "llama-lookup", "\\n\\n<p>hi\\033[34m there\\033[0m you\\n\\n", LOOKUP_LOG)
+    args = (tmp_path, tmp_path / "m.gguf", "<p>", 52, 0.0, 0.9, 4, 2, 1024, 0)
+    assert cpp_generate("cpp-lookup", *args) == {
+        "text": "hi there you", "new_tokens": 52, "seconds": pytest.approx(0.766), "calls": 22,
+        "prompt_tokens": 12}
+    _fake(tmp_path, "llama-completion", "hi there\\n", COMPLETION_LOG)
+    assert cpp_generate("cpp-plain", *args) == {
+        "text": "hi there", "new_tokens": 64, "calls": 64, "prompt_tokens": 23,
+        "seconds": pytest.approx((99.62 + 1354.86 + 11831.13) / 1e3)}
+    _fake(tmp_path, "llama-lookup", "", "error: invalid argument: --x\n")
     with pytest.raises(RuntimeError, match=r"llama-lookup failed.*invalid argument"):
-        cpp_lookup(fake, tmp_path / "m.gguf", "<p>", 52, 0.0, 0.9, 4, 2, 1024, 0)
+        cpp_generate("cpp-lookup", *args)
