@@ -49,10 +49,11 @@ def _group_alive(pgid: int) -> bool:
 
 
 def test_serve_under_a_mixed_concurrent_load_answers_like_plain_vllm(tmp_path):
-    """The user's $HEDGESPEC_VLLM_CONFIG (a trace, policy hedge) merged with --k 3 and
-    --threads 1; 16 concurrent chat completions (8 greedy, 4 seeded and 4 unseeded at T = 0.7,
-    top-p 0.9) beside 4 streams the client drops after two chunks; then 4 greedy requests.
-    Greedy and seeded answers equal vLLM plain's; a clean stop by SIGTERM."""
+    """The user's $HEDGESPEC_VLLM_CONFIG (a trace, policy hedge) merged with --k 3, --threads
+    1 and --stats; 16 concurrent chat completions (8 greedy, 4 seeded and 4 unseeded at
+    T = 0.7, top-p 0.9) beside 4 streams the client drops after two chunks; then 4 greedy
+    requests. Greedy and seeded answers equal vLLM plain's; the stats file holds every
+    drafter's figures; a clean stop by SIGTERM."""
     from openai import OpenAI
 
     model = tiny_tokenizer(tiny_llama(tmp_path / "tiny", vocab_size=V, logit_scale=20.0),
@@ -71,8 +72,8 @@ def test_serve_under_a_mixed_concurrent_load_answers_like_plain_vllm(tmp_path):
     port, log = _free_port(), tmp_path / "server.log"
     cmd = [sys.executable, "-m", "spec_adapters.app.cli", "serve", "--target", str(model),
            "--port", str(port), "--cache-dir", str(tmp_path / "cache"), "--k", "3",
-           "--threads", "1", "--", "--enforce-eager", "--dtype", "float32",
-           "--max-model-len", "512"]
+           "--threads", "1", "--stats", str(tmp_path / "stats.json"), "--", "--enforce-eager",
+           "--dtype", "float32", "--max-model-len", "512"]
     with open(log, "w") as out:
         proc = subprocess.Popen(cmd, cwd=ROOT, env=vllm_env({ENV_VAR: str(user_cfg)}),
                                 stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
@@ -137,3 +138,9 @@ def test_serve_under_a_mixed_concurrent_load_answers_like_plain_vllm(tmp_path):
     # the user's file reached the proposer (its trace), merged with --k 3
     trace = [json.loads(line) for line in (tmp_path / "trace.jsonl").read_text().splitlines()]
     assert trace and max(r["k"] for r in trace) <= 3 and drafted > 0
+    # --stats: per drafter, its counterfactual acceptance and the share of rows it drafted for
+    stats = json.loads((tmp_path / "stats.json").read_text())
+    assert stats["steps"] > 0 and stats["drafters"]
+    assert sum(d["chosen"] for d in stats["drafters"].values()) > 0
+    assert all(0 <= d["chosen_share"] <= 1 and d["acceptance"] >= 0
+               for d in stats["drafters"].values())

@@ -48,6 +48,10 @@ def add_serve(sub) -> None:
     s.add_argument("--k", type=int_arg(1), default=None,
                    help=f"K, the longest draft (default: $HEDGESPEC_VLLM_CONFIG's, else "
                         f"{DEFAULT_K})")
+    s.add_argument("--stats", type=Path, default=None, metavar="FILE",
+                   help="per-drafter telemetry for operators: the proposer rewrites FILE "
+                        "(JSON) as it serves, with per drafter its counterfactual acceptance "
+                        "and the share of steps it drafted (spec_adapters/vllm/telemetry.py)")
     s.add_argument("vllm_args", nargs=argparse.REMAINDER, help="-- then vLLM server options")
 
 
@@ -103,7 +107,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
     cache = Path(args.cache_dir).resolve()
     given = {"policy": args.policy, "k": args.k,  # None: not given
-             "cache_dir": str(cache) if cache != default_cache_dir() else None}
+             "cache_dir": str(cache) if cache != default_cache_dir() else None,
+             "stats": str(args.stats.expanduser().resolve()) if args.stats else None}
     try:
         config, notes = proposer_config(given)
         if config.cache_dir is None:
