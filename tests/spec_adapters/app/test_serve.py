@@ -130,9 +130,10 @@ def test_serve_hands_vllm_the_whole_merged_settings_and_the_threads(tmp_path, ta
     (target / "config.json").write_text(json.dumps({"vocab_size": 64}))
     _FakeServer.started.clear()
     assert main(["serve", "--target", str(target), "--policy", "ucbspec", "--k", "3",
-                 "--threads", "1"]) == 0
+                 "--threads", "1", "--stats", str(tmp_path / "stats.json")]) == 0
     [(cmd, env, settings)] = _FakeServer.started
     assert settings["policy"] == "ucbspec" and settings["k"] == 3
+    assert settings["stats"] == str(tmp_path / "stats.json")
     assert settings["suffix"] is False and settings["pool"] is None
     assert json.loads(cmd[cmd.index("--speculative-config") + 1])["num_speculative_tokens"] == 3
     assert env["VLLM_CPU_OMP_THREADS_BIND"] == "0-0"
