@@ -337,9 +337,6 @@ def summarize_cell(cell: dict, methods: Sequence[str]) -> dict:
         if greedy and m != "plain":
             v["equal_to_plain"], v["divergences"] = _equality(rows, m)
         out["methods"][m] = v
-    if "plain" in out["methods"]:
-        out["methods"]["plain"]["repeated_share"] = float(np.mean(
-            [repeated_share(r["plain"]["tokens"]) for r in rows]))
     return out
 
 
@@ -363,8 +360,8 @@ def _equality(rows: list[dict], m: str) -> tuple[int, list[dict]]:
             j = _first_difference(a["text"], b["text"])
             prefix = a["text"][:j]  # the plain tokens fully inside the common text
             k, acc = 0, 0
-            while k < len(a["tokens"]) and acc + len(_piece(a, k)) <= len(prefix):
-                acc += len(_piece(a, k))
+            while k < len(a["tokens"]) and acc + len(a["pieces"][k]) <= len(prefix):
+                acc += len(a["pieces"][k])
                 k += 1
             j, cells = k, r["prompt_tokens"] + k
         where.append({"qid": r["qid"], "token": j, "cache_cells": cells,
@@ -376,11 +373,6 @@ def _first_difference(a: Sequence, b: Sequence) -> int:
     """The first index where ``a`` and ``b`` differ (the shorter length if one is a prefix)."""
     return next((i for i, (x, y) in enumerate(zip(a, b, strict=False)) if x != y),
                 min(len(a), len(b)))
-
-
-def _piece(plain: dict, k: int) -> str:
-    """Plain's ``k``-th token's text (kept with the run where a method gives text)."""
-    return plain["pieces"][k]
 
 
 def tables_llamacpp(summary: dict) -> str:
