@@ -292,9 +292,12 @@ def _llama_cpp_python(gguf: Path, cfg: LlamaCppBenchConfig) -> dict:
     if "lcp-plain" in cfg.methods:
         llms["lcp-plain"] = llama_cpp.Llama(str(gguf), **common)
     if "lcp-lookup" in cfg.methods:
+        # a draft model turns logits_all on inside Llama, but its score buffer is sized by the
+        # logits_all argument (n_batch rows): past 512 tokens eval overflows it (0.3.36), so
+        # ask for the n_ctx rows it then writes
         llms["lcp-lookup"] = llama_cpp.Llama(
             str(gguf), draft_model=LlamaPromptLookupDecoding(num_pred_tokens=cfg.draft_length),
-            **common)
+            logits_all=True, **common)
     return llms
 
 

@@ -63,7 +63,7 @@ from spec_adapters.app.bench.config import (
 )
 from spec_adapters.app.bench.measure import median_ms, run_decoder
 from spec_adapters.app.bench.plots import plot
-from spec_adapters.app.bench.records import Records
+from spec_adapters.app.bench.records import Records, check_settings
 from spec_adapters.app.bench.replay import replay_fixed
 from spec_adapters.app.bench.tables import markdown_tables
 from spec_adapters.app.log import log
@@ -273,13 +273,7 @@ def run_bench(model, tokenizer, pool, domains: dict, cfg: BenchConfig, out_dir,
     out.mkdir(parents=True, exist_ok=True)
     settings = {"bench": asdict(cfg), "pool": pool.names, "extras": len(pool.extras),
                 "domains": list(domains), "target": str(model.config.name_or_path)}
-    sfile = out / "settings.json"
-    if sfile.is_file() and (out / "records.jsonl").is_file():
-        old = json.loads(sfile.read_text())
-        if old != json.loads(json.dumps(settings)):
-            raise ValueError(f"{out} holds results of a run with other settings; pass another "
-                             "--out folder (or delete that one) to start afresh")
-    sfile.write_text(json.dumps(settings, indent=1))
+    check_settings(out, settings)
     records = Records(out / "records.jsonl")
     stream = mixed_stream(domains, cfg.queries_per_domain, cfg.seed)
     plan = _plan(cfg, pool, stream)

@@ -148,3 +148,12 @@ def test_cpp_generate_reads_llama_cpps_programs_output_and_logs(tmp_path):
     _fake(tmp_path, "llama-lookup", "", "error: invalid argument: --x\n")
     with pytest.raises(RuntimeError, match=r"llama-lookup failed.*invalid argument"):
         cpp_generate("cpp-lookup", *args)
+
+
+def test_prompt_lookup_of_llama_cpp_python_runs_past_its_batch_of_512_tokens(model, tmp_path):
+    # its Llama sized the score buffer n_batch rows with a draft model: eval past 512 overflowed
+    long = [("a/0", "a", [(7 * i) % 200 + 3 for i in range(500)])]
+    cfg = replace(CFG, lengths=(30,), temperatures=(0.0,), n_ctx=1024,
+                  methods=("plain", "lcp-lookup"))
+    summary = run_llamacpp_bench(model, long, _pool, cfg, tmp_path, progress=False)
+    assert summary["cells"]["n30-t0.0"]["methods"]["lcp-lookup"]["tok_s"] > 0
