@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-__all__ = ["Records", "SettingsMismatch", "check_settings"]
+__all__ = ["Records", "SettingsMismatchError", "check_settings"]
 
 
 class Records:
@@ -42,17 +42,17 @@ class Records:
         return [r for r in self.rows.values() if all(r.get(k) == v for k, v in match.items())]
 
 
-class SettingsMismatch(ValueError):
+class SettingsMismatchError(ValueError):
     """A results folder holds records of a run with other settings (the user picks another
     ``--out``); a benchmark's other errors are bugs and keep their traceback."""
 
 
 def check_settings(out: Path, settings: dict) -> None:
-    """Refuse ``out`` (:class:`SettingsMismatch`) when it holds records of a run with other
+    """Refuse ``out`` (:class:`SettingsMismatchError`) when it holds records of a run with other
     ``settings``; then write ``settings.json`` (a resumable benchmark's guard)."""
     sfile = out / "settings.json"
     if (sfile.is_file() and (out / "records.jsonl").is_file()
             and json.loads(sfile.read_text()) != json.loads(json.dumps(settings))):
-        raise SettingsMismatch(f"{out} holds results of a run with other settings; pass "
+        raise SettingsMismatchError(f"{out} holds results of a run with other settings; pass "
                                "another --out folder (or delete that one) to start afresh")
     sfile.write_text(json.dumps(settings, indent=1))

@@ -12,7 +12,7 @@ from pathlib import Path
 from spec_adapters.app.args import file_arg, floats_arg, folder_arg, int_arg, names_arg
 from spec_adapters.app.bench.config import PRESETS, BenchConfig
 from spec_adapters.app.bench.llamacpp import CPP_TOOLS, METHODS, LlamaCppBenchConfig
-from spec_adapters.app.bench.records import SettingsMismatch
+from spec_adapters.app.bench.records import SettingsMismatchError
 from spec_adapters.app.cli.common import (
     UserError,
     add_command,
@@ -116,7 +116,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
     out = Path(args.out or f"results/bench-{args.preset}")
     try:
         summary = run_bench(model, tok, pool, domains, cfg, out)
-    except SettingsMismatch as err:
+    except SettingsMismatchError as err:
         raise UserError(str(err)) from None
     print(markdown_tables(summary))
     print(f"results: {out}/results.json, {out}/tables.md, {out}/*.png")
@@ -163,7 +163,7 @@ def _bench_llamacpp(args: argparse.Namespace) -> int:
     try:
         summary = run_llamacpp_bench(Path(args.gguf or find_default_gguf()), prompts,
                                      lambda vocab: point_pool(folder, vocab), cfg, out, cpp_bin)
-    except SettingsMismatch as err:
+    except SettingsMismatchError as err:
         raise UserError(str(err)) from None
     print(tables_llamacpp(summary))
     print(f"results: {out}/results.json, {out}/tables.md")
@@ -190,7 +190,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
     out = Path(args.out or "results/demo")
     try:
         summary = run_bench(model, tok, pool, domains, cfg, out)
-    except SettingsMismatch as err:
+    except SettingsMismatchError as err:
         raise UserError(str(err)) from None
     mix = summary["main"]["0.0"]
     print(f"\nmixed stream: {cfg.queries_per_domain} prompt(s) x {len(domains)} domains, "
