@@ -43,6 +43,7 @@ from spec_adapters.selection import (
     PointDrafter,
     RoundBook,
     StepCosts,
+    acceptance_lengths,
     expert_of,
     make_policy,
     n_experts,
@@ -105,8 +106,10 @@ class LlamaOutput:
     """``tokens``: the generated tokens (prompt excluded); ``stats``: ``target_calls``,
     ``new_tokens``, ``mean_accepted_tokens``, per round ``chosen`` / ``lengths`` /
     ``accepted``, seconds per part (``prefill``, ``target``: the rounds' decodes, ``draft``,
-    ``select``, ``update``) and ``non_target_share`` (the share of the whole that is not a
-    ``llama_decode``)."""
+    ``select``, ``update``), ``non_target_share`` (the share of the whole that is not a
+    ``llama_decode``), and per drafter ``counterfactual_accepted``: the mean tokens its
+    ``K``-token draft would have had accepted over the ``evaluated_rounds`` (its draft scored
+    against the verified tokens whether or not it drafted: which drafter to keep or train)."""
 
     tokens: list[int]
     stats: dict = field(default_factory=dict)
@@ -181,6 +184,7 @@ class LlamaCppDecoder:
             self.policy.reset()
         secs = dict.fromkeys(("prefill", "target", "draft", "select", "update"), 0.0)
         rounds: dict[str, list[int]] = {"chosen": [], "lengths": [], "accepted": []}
+        counterfactual, evaluated = np.zeros(len(self.drafters)), 0
         start_all = time.perf_counter()
         pending = self.target.prefill(seq)  # the next token's logits while its input is cached
         secs["prefill"] = time.perf_counter() - start_all
@@ -227,6 +231,8 @@ class LlamaCppDecoder:
             for w in book.pop_completed():                                    # 5 update
                 self.policy.feed(w.round_id, window_losses(
                     w, "time", False, self.costs.round_costs(), self.costs.time_per_token))
+                counterfactual += acceptance_lengths(w.gamma, validate=False)[:, -1] - 1.0
+                evaluated += 1
             t4 = time.perf_counter()
             self.costs.observe_target(len(draft) + 1, t3 - t2)
             if draft:
@@ -255,7 +261,9 @@ class LlamaCppDecoder:
                  "drafters": self.names, **rounds,
                  **{f"{k}_seconds": v for k, v in secs.items()}, "total_seconds": total,
                  "non_target_share":
-                     1.0 - (secs["target"] + secs["prefill"]) / total if total else 0.0}
+                     1.0 - (secs["target"] + secs["prefill"]) / total if total else 0.0,
+                 "evaluated_rounds": evaluated,
+                 "counterfactual_accepted": (counterfactual / max(evaluated, 1)).tolist()}
         return LlamaOutput(produced, stats)
 
     def _check_prompt(self, prompt: Sequence[int]) -> list[int]:

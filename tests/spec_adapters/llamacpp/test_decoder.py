@@ -243,3 +243,15 @@ def test_a_finished_request_teaches_the_suffix_drafter(target):
     again = dec.generate(PROMPTS[2], 24, stop_at_eog=False)
     assert again.tokens == first.tokens
     assert again.stats["target_calls"] < first.stats["target_calls"]
+
+
+def test_each_drafters_counterfactual_acceptance_is_reported_whether_chosen_or_not(target):
+    """A drafter that knows the answer would have had all K tokens accepted, one wrong from
+    its second token on one, one that never drafts none: whichever the learner played."""
+    truth = _greedy(target)
+    pool = [Known(truth, 4, "right"), Known(truth, 1, "one"), Never()]
+    out = LlamaCppDecoder(target, pool, draft_length=4).generate(PROMPTS[0], 30,
+                                                                 stop_at_eog=False)
+    assert out.tokens == truth[tuple(PROMPTS[0])]
+    assert out.stats["evaluated_rounds"] >= 3
+    assert out.stats["counterfactual_accepted"] == pytest.approx([4.0, 1.0, 0.0])
