@@ -12,6 +12,7 @@ the cache (``llama_memory_seq_rm``). A round without a draft is one plain step.
 from __future__ import annotations
 
 import ctypes
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -158,6 +159,41 @@ class GGUFTarget:
             n = self._lc.llama_token_to_piece(self._vocab, int(tok), buf, len(buf), 0, special)
             out += buf.raw[:max(n, 0)]
         return out.decode("utf-8", errors="replace")
+
+    def chat_prompt(self, messages: Sequence[Mapping[str, str]]) -> str:
+        """The prompt text of a chat (``{"role", "content"}`` messages) by the GGUF's own chat
+        template, as llama.cpp applies it (``llama_chat_apply_template``: the templates it
+        recognises), ending with the assistant's turn opened.
+
+        Raises
+        ------
+        ValueError
+            No message, a message without a string ``role`` and ``content``, a GGUF without a
+            chat template, or one llama.cpp does not recognise.
+        """
+        lc = self._lc
+        if not messages:
+            raise ValueError("a chat needs at least one message")
+        for j, m in enumerate(messages):
+            if not isinstance(m, Mapping) or not all(isinstance(m.get(key), str)
+                                                     for key in ("role", "content")):
+                raise ValueError(f"message {j} needs a string 'role' and 'content'")
+        template = lc.llama_model_chat_template(self._model, None)
+        if not template:
+            raise ValueError(f"{self.path} carries no chat template: send a plain prompt")
+        chat = (lc.llama_chat_message * len(messages))(
+            *[lc.llama_chat_message(m["role"].encode(), m["content"].encode())
+              for m in messages])
+        def apply(size: int) -> tuple[int, ctypes.Array]:
+            buf = ctypes.create_string_buffer(size)
+            return lc.llama_chat_apply_template(template, chat, len(chat), True, buf, size), buf
+
+        n, buf = apply(256 + 2 * sum(len(c.content) + len(c.role) for c in chat))
+        if n > len(buf):  # llama.cpp says how many bytes it needs
+            n, buf = apply(n)
+        if n < 0:
+            raise ValueError(f"llama.cpp does not recognise the chat template of {self.path}")
+        return buf.raw[:n].decode("utf-8", errors="replace")
 
     def is_eog(self, token: int) -> bool:
         """Whether ``token`` ends a generation (EOS, EOT, ...)."""

@@ -46,8 +46,12 @@ COMMAND_TEXTS: dict[str, tuple[str, str]] = {
         "Decodes one prompt with HedgeSpec over the cached pool; each verified chunk is "
         "coloured (or prefixed with [drafter]) by the drafter chosen for that round."),
     "serve": (
-        "vLLM's OpenAI-compatible server, speculating with HedgeSpec",
-        "Starts vLLM's OpenAI server (from this environment or .venv-vllm) on 127.0.0.1 with "
+        "an OpenAI-compatible server speculating with HedgeSpec (vLLM, or llama.cpp)",
+        "--engine llamacpp: serves the GGUF (--gguf, default the shipped one) in llama.cpp on "
+        "127.0.0.1 (/v1/completions, /v1/chat/completions, streaming, /stats: per-drafter "
+        "telemetry), the model-free pool chosen per round by --policy, requests one at a time "
+        "(spec_adapters/app/serve_llamacpp.py). --engine vllm (default): starts vLLM's "
+        "OpenAI server (from this environment or .venv-vllm) on 127.0.0.1 with "
         "spec_adapters.vllm.HedgeSpecProposer: the target's pool from --cache-dir when built, "
         "else prompt lookup. The proposer's settings: $HEDGESPEC_VLLM_CONFIG when set (a JSON "
         "file, docs/reliability.md), with --policy, --k and --cache-dir over it (each conflict "

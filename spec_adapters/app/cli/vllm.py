@@ -12,6 +12,7 @@ from pathlib import Path
 from spec_adapters.app.args import (
     comma_list,
     distinct_list,
+    file_arg,
     float_arg,
     folder_arg,
     int_arg,
@@ -30,9 +31,10 @@ from spec_adapters.app.serve import DEFAULT_K
 from spec_adapters.store.location import default_cache_dir
 from spec_adapters.vllm.config import ProposerConfig
 
-__all__ = ["VLLM_BENCH_PRESETS", "add_bench_vllm", "add_serve", "cmd_bench_vllm", "cmd_serve",
-           "vllm_bench_of"]
+__all__ = ["ENGINES", "VLLM_BENCH_PRESETS", "add_bench_vllm", "add_serve", "cmd_bench_vllm",
+           "cmd_serve", "serve_llamacpp", "vllm_bench_of"]
 
+ENGINES = ("vllm", "llamacpp")  # serve: vLLM's server, or ours over llama.cpp
 # the names of spec_adapters.app.bench.vllm.PRESETS (which imports the proposer: not for --help)
 VLLM_BENCH_PRESETS = ("quick", "targets", "full", "demo", "load")
 
@@ -52,6 +54,12 @@ def add_serve(sub) -> None:
                    help="per-drafter telemetry for operators: the proposer rewrites FILE "
                         "(JSON) as it serves, with per drafter its counterfactual acceptance "
                         "and the share of steps it drafted (spec_adapters/vllm/telemetry.py)")
+    s.add_argument("--engine", choices=ENGINES, default="vllm",
+                   help="vllm (default): vLLM's server with the HedgeSpec proposer; llamacpp: "
+                        "this project's server over the GGUF in llama.cpp")
+    s.add_argument("--gguf", type=file_arg, default=None,
+                   help="--engine llamacpp: the GGUF file (default: the shipped default "
+                        "target's, as is)")
     s.add_argument("vllm_args", nargs=argparse.REMAINDER, help="-- then vLLM server options")
 
 
@@ -100,9 +108,12 @@ def vllm_bench_of(args: argparse.Namespace, target: Path, tok, domains: dict, cf
 
 def cmd_serve(args: argparse.Namespace) -> int:
     """vLLM's OpenAI-compatible server speculating with HedgeSpec (spec_adapters.app.serve):
-    the settings merged and checked first, then the target, then vLLM."""
+    the settings merged and checked first, then the target, then vLLM; or, with ``--engine
+    llamacpp``, :func:`serve_llamacpp`."""
     import sys
 
+    if args.engine == "llamacpp":
+        return serve_llamacpp(args)
     from spec_adapters.app.serve import check_proposer, find_vllm_python, proposer_config, serve
 
     cache = Path(args.cache_dir).resolve()
@@ -130,6 +141,46 @@ def cmd_serve(args: argparse.Namespace) -> int:
                      vllm_args=extra)
     except (ValueError, FileNotFoundError) as err:
         raise UserError(str(err)) from None
+
+
+def serve_llamacpp(args: argparse.Namespace) -> int:
+    """``hedgespec serve --engine llamacpp``: :class:`spec_adapters.app.serve_llamacpp.
+    LlamaCppServer` over the GGUF and the target's model-free pool until Ctrl-C."""
+    import sys
+
+    from spec_adapters.app.pool.point_pool import point_pool
+    from spec_adapters.app.serve_llamacpp import LlamaCppServer
+    from spec_adapters.hf.models import find_default_gguf
+    from spec_adapters.llamacpp import GGUFTarget, LlamaCppDecoder
+    from spec_adapters.vllm.target_pool import loaded_target_id
+
+    extra = args.vllm_args[1:] if args.vllm_args[:1] == ["--"] else args.vllm_args
+    if extra:
+        raise UserError(f"options after -- are vLLM's; --engine llamacpp takes none "
+                        f"({' '.join(extra)})")
+    model, tok = target_from_args(args)  # the pool's key: the target the GGUF holds
+    folder = Path(args.cache_dir) / "pool" / loaded_target_id(model, tok)
+    del model
+    try:
+        target = GGUFTarget(args.gguf or find_default_gguf(), n_ctx=2048,
+                            n_threads=args.threads or min(2, os.cpu_count() or 1))
+        decoder = LlamaCppDecoder(target, point_pool(folder, target.vocab_size),
+                                  draft_length=args.k or DEFAULT_K,
+                                  policy=args.policy or "normalhedge")
+        server = LlamaCppServer(decoder, ("127.0.0.1", args.port), stats_path=args.stats)
+    except (ValueError, OSError) as err:
+        raise UserError(str(err)) from None
+    print(f"hedgespec serve: http://127.0.0.1:{server.server_address[1]}/v1 (model "
+          f"{server.model_name!r}; {target.path.name} in llama.cpp, drafters "
+          f"{', '.join(decoder.names)}); Ctrl-C stops", file=sys.stderr)
+    try:
+        server.serve_forever()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        server.server_close()
+        target.close()
+    return 0
 
 
 def cmd_bench_vllm(args: argparse.Namespace) -> int:
