@@ -10,6 +10,12 @@ prompts: ``speedup_target`` against ``target``, ``speedup_hf_lookup`` against
 ``non_target_per_verify = sum(those seconds) / sum(verify seconds)``; the prefill is in
 neither.
 
+Beside the mixed stream and the domains, each method is aggregated over the prompts whose
+target output does not loop and those whose output does (``LOOP_SCOPES`` and ``is_looping``
+of :mod:`spec_adapters.app.bench.repetition`), and every aggregate carries the mean
+share of its outputs inside repeated 5-grams and the share that reached the token cap: how
+much of a speed-up comes from the target repeating itself.
+
 Derived methods (no extra decoding): ``generalist`` = ``fixed:ngram-general``; ``specialist``
 = the fixed run of the query's own domain drafter; ``router`` = the fixed run of the drafter
 the router picks (its embedding time added); ``oracle`` = per query, the fixed run with the
@@ -25,6 +31,8 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from spec_adapters.app.bench.repetition import LOOP_SCOPES, is_looping, repeated_share
+
 if TYPE_CHECKING:
     from spec_adapters.app.bench.config import BenchConfig
 
@@ -33,10 +41,13 @@ __all__ = ["aggregate", "regret_curves"]
 NON_TARGET_STEPS = ("select", "draft", "eval", "update")
 
 
-def _agg(rows: Sequence[dict]) -> dict:
+def _agg(rows: Sequence[dict], cap: int | None = None) -> dict:
     """MAT, tokens/s and (decoder runs: all ``rows`` have ``timing``) the verify and non-target
-    time per round, pooled over ``rows`` (see the module docstring)."""
+    time per round, pooled over ``rows`` (see the module docstring); the mean share of an
+    output inside repeated 5-grams (rows with their tokens) and, given the ``cap`` on new
+    tokens, the share of outputs that reached it."""
     tok = sum(r["new_tokens"] for r in rows)
+    outputs = [r["tokens"] for r in rows if "tokens" in r]
     calls = sum(r["target_calls"] for r in rows)
     sec = sum(r["seconds"] for r in rows)
     sec = sec if np.isfinite(sec) else 0.0  # replayed rows are not timed
@@ -44,6 +55,10 @@ def _agg(rows: Sequence[dict]) -> dict:
     out = {"mat": tok / calls if calls else None, "tok_s": tok / sec if sec else None,
            "tok_cpu_s": tok / cpu if cpu and np.isfinite(cpu) else None,
            "queries": len(rows), "new_tokens": tok, "rounds": calls,
+           "repeated_share": (float(np.mean([repeated_share(t) for t in outputs]))
+                              if outputs else None),
+           "cap_share": (float(np.mean([r["new_tokens"] >= cap for r in rows]))
+                         if cap and rows else None),
            "verify_ms_per_round": None, "non_target_ms_per_round": None,
            "non_target_per_verify": None}
     if rows and calls and all("timing" in r for r in rows):
@@ -98,16 +113,22 @@ def aggregate(records: list[dict], pool, cfg: BenchConfig, routes: dict | None =
     main: dict = {}
     table1: dict = defaultdict(dict)
     per_method: dict = defaultdict(lambda: defaultdict(list))  # (temp, method) -> domain -> rows
+    per_loop: dict = defaultdict(lambda: defaultdict(list))  # (temp, method) -> LOOP_SCOPES
     for (qid, temp), rows_q in by_q.items():
         domain = next(iter(rows_q.values()))["domain"]
         all_rows = dict(rows_q)
         all_rows |= _derived(rows_q, domain, pool, routes.get(qid, {}))
+        ref = rows_q.get("target", {}).get("tokens")
         for m, r in all_rows.items():
             per_method[(temp, m)][domain].append(r)
+            if ref is not None:
+                per_loop[(temp, m)][LOOP_SCOPES[is_looping(ref)]].append(r)
+    cap = cfg.max_new_tokens
     for (temp, m), doms in per_method.items():
         t = main.setdefault(str(temp), {})
-        t[m] = {"mixed": _agg([r for rs in doms.values() for r in rs]),
-                **{d: _agg(rs) for d, rs in doms.items()}}
+        t[m] = {"mixed": _agg([r for rs in doms.values() for r in rs], cap),
+                **{d: _agg(rs, cap) for d, rs in doms.items()},
+                **{scope: _agg(rs, cap) for scope, rs in per_loop[(temp, m)].items()}}
         if temp == 0.0 and m.startswith("fixed:"):
             for d, rs in doms.items():
                 table1[m[6:]][d] = _agg(rs)["mat"]

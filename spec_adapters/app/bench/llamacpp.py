@@ -35,7 +35,9 @@ so a row decoded alone and the same row in a batch differ in the last bits: docs
 
 A cell is appended to ``<out>/records.jsonl`` when it finishes; a re-run with the same
 settings skips finished cells (resumable), one with other settings is refused. Written:
-``results.json`` and ``tables.md``.
+``results.json``, ``tables.md`` (the speed-up also apart on the prompts whose plain output
+loops: :func:`~spec_adapters.app.bench.repetition.is_looping`) and
+``speedup_vs_repetition.png`` (each prompt's speed-up against its repetition).
 """
 
 from __future__ import annotations
@@ -51,10 +53,11 @@ from pathlib import Path
 import numpy as np
 
 from spec_adapters.app.bench.records import Records, check_settings
+from spec_adapters.app.bench.repetition import REPEAT_THRESHOLD, is_looping, repeated_share
 
 __all__ = ["CELL_CAP", "CPP_TOOLS", "METHODS", "LlamaCppBenchConfig", "cpp_generate",
-           "repeated_share",
-           "run_llamacpp_bench", "summarize_cell", "tables_llamacpp"]
+           "plot_speedup_vs_repetition", "run_llamacpp_bench", "summarize_cell",
+           "tables_llamacpp"]
 
 METHODS = ("plain", "cpp-plain", "lcp-plain", "lcp-lookup", "cpp-lookup", "hedgespec")
 CELL_CAP = 256  # llama.cpp's cache padding: one-row attention splits the cache past 2 x 256
@@ -89,16 +92,6 @@ class CellRecords(Records):
     @staticmethod
     def key(r: dict) -> tuple:
         return (int(r["n"]), float(r["temperature"]))
-
-
-def repeated_share(tokens: Sequence[int], n: int = 5) -> float:
-    """Share of ``tokens`` whose ``n``-gram (ending at them) occurred earlier in ``tokens``."""
-    seen, hits = set(), 0
-    for j in range(n - 1, len(tokens)):
-        gram = tuple(tokens[j - n + 1:j + 1])
-        hits += gram in seen
-        seen.add(gram)
-    return hits / len(tokens) if tokens else 0.0
 
 
 # ------------------------------------------------------------------------------------------
@@ -241,6 +234,8 @@ def run_llamacpp_bench(gguf: Path, prompts: Sequence[tuple[str, str, list[int]]]
                                          key=lambda r: (r["n"], r["temperature"]))}}
     (out / "results.json").write_text(json.dumps(summary, indent=1))
     (out / "tables.md").write_text(tables_llamacpp(summary))
+    plot_speedup_vs_repetition(list(records.rows.values()), cfg.methods,
+                               out / "speedup_vs_repetition.png")
     return summary
 
 
@@ -321,6 +316,8 @@ def summarize_cell(cell: dict, methods: Sequence[str]) -> dict:
 
     base = speed("plain")
     domains = sorted({r["domain"] for r in rows})
+    looping = {r["qid"]: is_looping(r["plain"]["tokens"]) for r in rows}
+    out["looping_prompts"] = sum(looping.values())
     for m in methods:
         rs = [r[m] for r in rows]
         calls = [r.get("calls") for r in rs]
@@ -331,7 +328,12 @@ def summarize_cell(cell: dict, methods: Sequence[str]) -> dict:
              "cap_share": float(np.mean([_new_tokens(r) >= n for r in rs])),
              "per_domain_x_plain": {d: speed(m, lambda r, d=d: r["domain"] == d)
                                     / speed("plain", lambda r, d=d: r["domain"] == d)
-                                    for d in domains}}
+                                    for d in domains},
+             "x_plain_by_repetition": {
+                 part: (speed(m, lambda r, want=want: looping[r["qid"]] == want)
+                        / speed("plain", lambda r, want=want: looping[r["qid"]] == want))
+                 if any(looping[r["qid"]] == want for r in rows) else None
+                 for part, want in (("below", False), ("above", True))}}
         if m == "hedgespec":
             v["non_target_share"] = float(np.mean([r["non_target_share"] for r in rs]))
         if all("prompt_tokens" in r for r in rs):  # llama-lookup tokenizes the prompt itself
@@ -378,19 +380,56 @@ def _first_difference(a: Sequence, b: Sequence) -> int:
                 min(len(a), len(b)))
 
 
+def plot_speedup_vs_repetition(cells: list[dict], methods: Sequence[str], path: Path) -> Path:
+    """One panel per cell: each prompt's speed-up over plain (a method's tok/s on it over
+    plain's) against the share of plain's output inside repeated 5-grams (PNG)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    cells = sorted(cells, key=lambda c: (c["n"], c["temperature"]))
+    fig, axes = plt.subplots(1, len(cells), figsize=(4.2 * len(cells), 3.6), squeeze=False,
+                             sharey=True)
+    for ax, cell in zip(axes[0], cells, strict=True):
+        rows = cell["rows"]
+        rep = [repeated_share(r["plain"]["tokens"]) for r in rows]
+        for m in methods:
+            if m == "plain" or not all(m in r for r in rows):
+                continue
+            x_plain = [(_new_tokens(r[m]) / r[m]["seconds"])
+                       / (_new_tokens(r["plain"]) / r["plain"]["seconds"]) for r in rows]
+            ax.scatter(rep, x_plain, s=14, label=m, alpha=0.75)
+        ax.axhline(1.0, color="grey", lw=0.8)
+        ax.axvline(REPEAT_THRESHOLD, color="grey", lw=0.8, ls=":")
+        ax.set_title(f"n = {cell['n']}, T = {cell['temperature']}")
+        ax.set_xlabel("plain output: share in repeated 5-grams")
+    axes[0][0].set_ylabel("speed-up over plain (per prompt)")
+    axes[0][-1].legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path
+
+
 def tables_llamacpp(summary: dict) -> str:
-    """Markdown: one table per cell, then per-domain speed-ups and greedy equality."""
+    """Markdown: one table per cell (the speed-up also apart on the prompts whose plain output
+    loops, :func:`~spec_adapters.app.bench.repetition.is_looping`), then per-domain speed-ups
+    and greedy equality."""
     lines = []
     for cell in summary["cells"].values():
         lines += [f"\n{cell['prompts']} prompts, at most {cell['n']} new tokens, "
                   f"T = {cell['temperature']}" + (" (top-p 0.9)" if cell["temperature"] else ""),
-                  "", "| method | tok/s | x plain | MAT | repeated 5-grams | hit the cap |",
-                  "|---|---|---|---|---|---|"]
+                  "", "| method | tok/s | x plain | x plain, prompts not looping / looping "
+                  f"({cell['prompts'] - cell['looping_prompts']} / {cell['looping_prompts']}) "
+                  "| MAT | repeated 5-grams | hit the cap |", "|---|---|---|---|---|---|---|"]
         for m, v in cell["methods"].items():
             mat = "–" if v["mat"] is None else f"{v['mat']:.2f}"
             rep = "–" if np.isnan(v["repeated_share"]) else f"{v['repeated_share']:.0%}"
-            lines.append(f"| {m} | {v['tok_s']:.1f} | {v['x_plain']:.2f}x | {mat} | {rep} | "
-                         f"{v['cap_share']:.0%} |")
+            split = " / ".join("–" if x is None else f"{x:.2f}x"
+                               for x in v["x_plain_by_repetition"].values())
+            lines.append(f"| {m} | {v['tok_s']:.1f} | {v['x_plain']:.2f}x | {split} | {mat} | "
+                         f"{rep} | {v['cap_share']:.0%} |")
         if "hedgespec" in cell["methods"]:
             lines.append(f"\nHedgeSpec's time outside llama_decode: "
                          f"{cell['methods']['hedgespec']['non_target_share']:.1%}")

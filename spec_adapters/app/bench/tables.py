@@ -7,6 +7,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from spec_adapters.app.bench.repetition import LOOP_SCOPES
+
 __all__ = ["LABELS", "MAIN_ORDER", "markdown_tables", "speed_tables"]
 
 LABELS = {"target": "target alone", "generalist": "generalist (n-gram, mix)",
@@ -28,24 +30,35 @@ MAIN_ORDER = ("target", "target-rows-first", "hf-prompt-lookup", "fixed:prompt-l
               "normalhedge-cost", "oracle")
 
 
+def _domains(table: dict) -> list[str]:
+    """The domain scopes of one temperature's table (not the mixed stream, not the loop
+    scopes)."""
+    return sorted({d for v in table.values() for d in v if d != "mixed" and d not in LOOP_SCOPES})
+
+
 def _f(x, fmt="{:.2f}"):
     return "–" if x is None else fmt.format(x)
 
 
 def speed_tables(summary: dict, methods: Sequence[str] = MAIN_ORDER) -> list[str]:
-    """Markdown lines: per temperature and scope (mixed stream, then each domain), tokens/s,
-    speed-ups against the target and HF prompt lookup, MAT, and the non-target time per round
-    and its share of the verification time, for ``methods`` then the fixed drafters."""
+    """Markdown lines: per temperature and scope (mixed stream, the prompts whose target output
+    does not loop and those whose output does, then each domain), tokens/s, speed-ups against
+    the target and HF prompt lookup, MAT, the non-target time per round and its share of the
+    verification time, the share of the outputs in repeated 5-grams and at the token cap, for
+    ``methods`` then the fixed drafters."""
     lines = []
     for temp, t in summary["main"].items():
         rows = [m for m in methods if m in t] + sorted(m for m in t if m.startswith("fixed:")
                                                         and m not in methods)
-        scopes = ["mixed", *sorted({d for v in t.values() for d in v if d != "mixed"})]
+        loops = [s for s in LOOP_SCOPES if any(s in v for v in t.values())]
+        scopes = ["mixed", *loops, *_domains(t)]
         for scope in scopes:
+            n = max((t[m][scope]["queries"] for m in rows if scope in t[m]), default=0)
             lines += [f"### Speed, temperature {temp}, {scope}"
-                      + (" stream" if scope == "mixed" else " prompts"), "",
+                      + (" stream" if scope == "mixed" else " prompts") + f" ({n})", "",
                       "| method | tok/s | x target | x HF lookup | MAT | non-target ms / round "
-                      "| non-target / verify |", "|---|---|---|---|---|---|---|"]
+                      "| non-target / verify | repeated 5-grams | at cap |",
+                      "|---|---|---|---|---|---|---|---|---|"]
             for m in rows:
                 a = t[m].get(scope)
                 if a is None:
@@ -54,7 +67,9 @@ def speed_tables(summary: dict, methods: Sequence[str] = MAIN_ORDER) -> list[str
                              f"{_f(a.get('speedup_target'))} | "
                              f"{_f(a.get('speedup_hf_lookup'))} | {_f(a['mat'])} | "
                              f"{_f(a.get('non_target_ms_per_round'), '{:.1f}')} | "
-                             f"{_f(a.get('non_target_per_verify'))} |")
+                             f"{_f(a.get('non_target_per_verify'))} | "
+                             f"{_f(a.get('repeated_share'), '{:.0%}')} | "
+                             f"{_f(a.get('cap_share'), '{:.0%}')} |")
             lines.append("")
     return lines
 
@@ -64,7 +79,7 @@ def markdown_tables(summary: dict, methods: Sequence[str] = MAIN_ORDER) -> str:
     (:func:`speed_tables`), ratios, Table 1."""
     lines = []
     for temp, t in summary["main"].items():
-        domains = sorted({d for v in t.values() for d in v if d != "mixed"})
+        domains = _domains(t)
         lines += [f"### Mixed stream and per domain, temperature {temp}", "",
                   "| method | mixed MAT | tok/s (wall) | tok/s (CPU) | "
                   + " | ".join(f"{d} MAT" for d in domains) + " |",

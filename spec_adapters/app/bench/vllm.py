@@ -61,8 +61,11 @@ from collections import defaultdict
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+import numpy as np
+
 from spec_adapters.app.bench.config import TOP_P
 from spec_adapters.app.bench.records import Records, check_settings
+from spec_adapters.app.bench.repetition import LOOP_SCOPES, is_looping, repeated_share
 from spec_adapters.app.bench.run import mixed_stream
 from spec_adapters.app.log import log
 from spec_adapters.app.serve import ROOT, SPEC_CLASS, find_vllm_python, server_env
@@ -422,7 +425,10 @@ def summarize_vllm(records: list[dict], greedy: bool = True, cap: int | None = N
         ``new_tokens``, ``steps``, ``accepted``, ``drafted``, ``seconds``, ``x_plain``,
         ``x_ngram``, ``drafted_share``, ``steps_drafted_share``, ``overhead``, ``drafters``
         (:func:`_drafting`), ``cap_share`` (requests that reached ``cap`` rather than EOS;
-        ``None`` without ``cap``), ``identical`` (greedy: every output
+        ``None`` without ``cap``), ``repeated_share`` (the mean share of an output inside
+        repeated 5-grams), ``loops`` (with a ``plain`` record: :data:`LOOP_SCOPES` -> the
+        stats and ``x_plain`` of the requests whose plain output does not loop / loops),
+        ``identical`` (greedy: every output
         equals ``plain``'s in that phase; ``None`` without a ``plain`` record or sampled),
         ``mismatched`` (those qids) and ``domains``: domain -> ``tok_s`` (over the time in
         flight of its requests), ``mat``, ``x_plain``; ``domains``; ``targets``: issue 12's
@@ -441,7 +447,18 @@ def summarize_vllm(records: list[dict], greedy: bool = True, cap: int | None = N
             per[q["domain"]].append(q)
         row["domains"] = {d: _stats(qs, sum(q["seconds"] for q in qs))
                           for d, qs in sorted(per.items())}
+        row["repeated_share"] = (float(np.mean([repeated_share(q["tokens"])
+                                                for q in r["requests"]]))
+                                 if r["requests"] else None)
         plain = by.get(("plain", c))
+        if plain is not None:  # the requests whose plain output loops, and the others
+            loops = {q["qid"]: is_looping(q["tokens"]) for q in plain["requests"]}
+            split: dict = defaultdict(list)
+            for q in r["requests"]:
+                if q["qid"] in loops:
+                    split[LOOP_SCOPES[loops[q["qid"]]]].append(q)
+            row["loops"] = {s: _stats(qs, sum(q["seconds"] for q in qs))
+                            for s, qs in split.items()}
         if plain is not None and greedy:
             ref = {q["qid"]: q["tokens"] for q in plain["requests"]}
             row["mismatched"] = [q["qid"] for q in r["requests"]
@@ -455,9 +472,10 @@ def summarize_vllm(records: list[dict], greedy: bool = True, cap: int | None = N
             base = {ref: methods.get(ref, {}).get(c) for ref in ("plain", "ngram")}
             for ref, b in base.items():
                 row[f"x_{ref}"] = _ratio(row["tok_s"], b["tok_s"]) if b else None
-            for d, dr in row["domains"].items():
-                b = (base["plain"] or {}).get("domains", {}).get(d)
-                dr["x_plain"] = _ratio(dr["tok_s"], b["tok_s"]) if b else None
+            for key in ("domains", "loops"):
+                for d, dr in row.get(key, {}).items():
+                    b = (base["plain"] or {}).get(key, {}).get(d)
+                    dr["x_plain"] = _ratio(dr["tok_s"], b["tok_s"]) if b else None
     domains = sorted({d for rows in methods.values() for row in rows.values()
                       for d in row["domains"]})
     return {"concurrencies": [int(c) for c in phases if not c.endswith("/s")],
@@ -529,16 +547,20 @@ def markdown(summary: dict) -> str:
     for c in summary.get("phases", [str(c) for c in summary["concurrencies"]]):
         rows = [(m, v[c]) for m, v in summary["methods"].items() if c in v]
         lines += [f"### vLLM, {_phase(c)} ({how})", "",
-                  "| method | tok/s | x plain | x ngram | MAT | s / request | drafted steps | "
-                  "proposer time | at cap | outputs = plain |",
-                  "|---|---|---|---|---|---|---|---|---|---|"]
+                  "| method | tok/s | x plain | x plain, not looping / looping | x ngram | MAT | "
+                  "s / request | drafted steps | proposer time | repeated 5-grams | at cap | "
+                  "outputs = plain |", "|---|---|---|---|---|---|---|---|---|---|---|---|"]
         for m, r in rows:
             same = {None: "–", True: "yes"}.get(r["identical"], f"no ({len(r['mismatched'])})")
+            loops = r.get("loops", {})
+            split = " / ".join(f"{_f(loops[s]['x_plain'])} ({loops[s]['requests']})"
+                               if s in loops else "–" for s in LOOP_SCOPES)
             lines.append(f"| {label(m, k)} | {_f(r['tok_s'], '{:.1f}')} | {_f(r['x_plain'])} | "
-                         f"{_f(r['x_ngram'])} | {_f(r['mat'])} | "
+                         f"{split} | {_f(r['x_ngram'])} | {_f(r['mat'])} | "
                          f"{_f(r['s_per_request'], '{:.1f}')} | "
                          f"{_f(r.get('drafted_share'), '{:.0%}')} | "
                          f"{_f(r.get('overhead'), '{:.1%}')} | "
+                         f"{_f(r.get('repeated_share'), '{:.0%}')} | "
                          f"{_f(r.get('cap_share'), '{:.0%}')} | {same} |")
         lines += ["", f"### vLLM per domain, tok/s x vLLM plain, {_phase(c)}", "",
                   "| method | " + " | ".join(summary["domains"]) + " |",

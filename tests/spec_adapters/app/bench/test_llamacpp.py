@@ -51,6 +51,7 @@ def test_a_run_reports_every_cell_resumes_and_refuses_other_settings(model, tmp_
     assert 0 <= greedy["hedgespec"]["non_target_share"] < 1
     assert "equal_to_plain" not in summary["cells"]["n12-t0.7"]["methods"]["hedgespec"]
     assert (tmp_path / "tables.md").read_text().count("| hedgespec |") == 2
+    assert (tmp_path / "speedup_vs_repetition.png").stat().st_size > 0
     # a re-run with the same settings redoes nothing
     monkeypatch.setattr(bench, "_Methods", None)
     again = run_llamacpp_bench(model, PROMPTS, _pool, CFG, tmp_path, progress=False)
@@ -104,6 +105,14 @@ def test_equality_places_each_divergence_and_its_cache_cells():
     assert cell["methods"]["mine"]["divergences"][0] == {
         "qid": "x/0", "token": 7, "cache_cells": 257, "past_split": True}
     assert cell["methods"]["plain"]["repeated_share"] == pytest.approx((3 / 8 + 0) / 2)
+    # x/0's plain output loops (3/8 >= 0.2), x/1's does not: the speed-up on each apart
+    rows[0]["mine"]["seconds"], rows[1]["mine"]["seconds"] = 0.25, 2.0
+    split = summarize_cell({"n": 8, "temperature": 0.0, "rows": rows}, ("plain", "mine"))
+    assert split["looping_prompts"] == 1
+    assert split["methods"]["mine"]["x_plain_by_repetition"] == {"below": 0.5, "above": 4.0}
+    rows.pop(0)
+    assert summarize_cell({"n": 8, "temperature": 0.0, "rows": rows}, ("plain", "mine"))[
+        "methods"]["mine"]["x_plain_by_repetition"] == {"below": 0.5, "above": None}
 
 
 LOOKUP_LOG = """0.00.324.087 I cmn          init: llama threadpool init, n_threads = 2

@@ -356,11 +356,14 @@ def test_every_method_runs_on_the_same_prompts_and_aggregates_from_its_records(r
 def test_speed_table_numbers_by_hand():
     """Two domains; target 10 + 20 tokens in 2 s + 2 s; HF lookup 30 tokens in 2 s + 1 s;
     MetaSD-UCB 10 tokens in 4 rounds / 1 s and 20 tokens in 6 rounds / 1 s with non-verify
-    steps of 0.1 + 0.1 + 0 + 0.04 s and 0.2 + 0.1 + 0.05 + 0.05 s, verify 0.5 s and 0.4 s."""
+    steps of 0.1 + 0.1 + 0 + 0.04 s and 0.2 + 0.1 + 0.05 + 0.05 s, verify 0.5 s and 0.4 s.
+    The target's output loops on a/0 (3 of 10 tokens in repeated 5-grams), not on b/0."""
     def rec(qid, dom, method, tok, calls, sec, timing=None):
         r = {"section": "main", "qid": qid, "domain": dom, "temperature": 0.0,
              "method": method, "n": 0, "new_tokens": tok, "target_calls": calls,
              "seconds": sec}
+        if method == "target":
+            r["tokens"] = [1, 2, 3] * 3 + [1] if qid == "a/0" else list(range(tok))
         return r | ({"timing": timing} if timing else {})
 
     t1 = {"prefill": 1.0, "select": 0.1, "draft": 0.1, "verify": 0.5, "eval": 0.0,
@@ -385,10 +388,17 @@ def test_speed_table_numbers_by_hand():
     assert m["a"]["non_target_ms_per_round"] == pytest.approx(1e3 * 0.24 / 4)
     assert t["target"]["mixed"]["speedup_target"] == 1.0
     assert t["target"]["mixed"]["non_target_ms_per_round"] is None
+    assert m["looping"]["queries"] == m["not looping"]["queries"] == 1
+    assert m["looping"]["speedup_hf_lookup"] == pytest.approx(10.0 / 5.0)  # a/0's
+    assert m["not looping"]["speedup_hf_lookup"] == pytest.approx(20.0 / 20.0)  # b/0's
+    assert t["target"]["mixed"]["repeated_share"] == pytest.approx(0.3 / 2)
+    assert t["target"]["mixed"]["cap_share"] == 1.0 and m["mixed"]["repeated_share"] is None
     md = "\n".join(speed_tables({"main": {"0.0": t}}))
-    assert "| MetaSD-UCB | 15.0 | 2.00 | 1.50 | 3.00 | 64.0 | 0.71 |" in md
-    assert "| target alone | 7.5 | 1.00 | 0.75 | 1.00 | – | – |" in md
-    assert "### Speed, temperature 0.0, b prompts" in md
+    assert "| MetaSD-UCB | 15.0 | 2.00 | 1.50 | 3.00 | 64.0 | 0.71 | – | 100% |" in md
+    assert "| target alone | 7.5 | 1.00 | 0.75 | 1.00 | – | – | 15% | 100% |" in md
+    assert "### Speed, temperature 0.0, b prompts (1)" in md
+    assert "### Speed, temperature 0.0, looping prompts (1)" in md
+    assert md.index("looping prompts") < md.index("a prompts")
 
 
 def _methods_of(cfg: BenchConfig, names=("ngram-general", "ngram-code")) -> dict:

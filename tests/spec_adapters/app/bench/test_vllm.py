@@ -137,6 +137,23 @@ def test_drafting_shares_overhead_and_arrival_phases_from_the_records():
     assert sampled["methods"]["hedgespec"]["4"]["identical"] is None  # not compared
 
 
+def test_the_speed_up_is_split_by_whether_plains_output_loops():
+    """math's output repeats itself (3 of 8 tokens in repeated 5-grams), code's does not."""
+    recs = _records()
+    for r in recs:
+        for q in r["requests"]:
+            if q["qid"] == "math/0":
+                q["tokens"] = [7] * 8
+    s = summarize_vllm(recs)
+    h = s["methods"]["hedgespec"]["1"]
+    assert h["loops"]["not looping"]["x_plain"] == pytest.approx((8 / 0.8) / (8 / 2.0))
+    assert h["loops"]["looping"]["x_plain"] == pytest.approx((8 / 0.2) / (8 / 2.0))
+    assert h["repeated_share"] == pytest.approx(3 / 8 / 2)
+    assert "| 2.50 (1) / 10.00 (1) |" in markdown(s)
+    assert "loops" not in summarize_vllm([r for r in recs if r["method"] != "plain"])[
+        "methods"]["hedgespec"]["1"]
+
+
 def test_arrivals_are_poisson_and_requests_wait_for_theirs():
     from spec_adapters.app.bench.vllm_worker import arrival_times
 
