@@ -100,9 +100,9 @@ def parse_request(body: dict, chat: bool, model: str) -> dict:
     if req["max_tokens"] is not None:
         number("max_tokens", 1, 2**31, integer=True)
     number("temperature", 0.0, 100.0)
-    if isinstance(req["top_p"], (int, float)) and req["top_p"] == 0:
-        raise RequestError("top_p must be in (0, 1], got 0")
     number("top_p", 0.0, 1.0)
+    if req["top_p"] == 0:
+        raise RequestError("top_p must be in (0, 1], got 0 (nothing kept)")
     if req["top_k"] is not None:
         number("top_k", 1, 2**31, integer=True)
     if req["seed"] is not None:
@@ -113,10 +113,12 @@ def parse_request(body: dict, chat: bool, model: str) -> dict:
 
 
 class ServedStats:
-    """The telemetry of the module docstring, summed over the requests served."""
+    """The telemetry of the module docstring, summed over the requests served (read and added
+    to under a lock of its own: ``/stats`` is answered while a request decodes)."""
 
     def __init__(self, names: list[str], path: Path | None = None) -> None:
         self.names, self.path = list(names), path
+        self._lock = threading.Lock()
         self.requests = self.new_tokens = self.rounds = self.evaluated = 0
         self.seconds = self.target_seconds = 0.0
         self.chosen = np.zeros(len(names), np.int64)
@@ -124,6 +126,18 @@ class ServedStats:
 
     def add(self, stats: dict) -> None:
         """One request's :class:`~spec_adapters.llamacpp.decoder.LlamaOutput` stats."""
+        with self._lock:
+            self._add(stats)
+            if self.path is not None:
+                tmp = self.path.with_name(self.path.name + ".tmp")
+                tmp.write_text(json.dumps(self._as_dict()))
+                os.replace(tmp, self.path)  # a reader never sees half a file
+
+    def as_dict(self) -> dict:
+        with self._lock:
+            return self._as_dict()
+
+    def _add(self, stats: dict) -> None:
         self.requests += 1
         self.new_tokens += stats["new_tokens"]
         self.rounds += stats["target_calls"]
@@ -133,12 +147,8 @@ class ServedStats:
             self.chosen[i] += k > 0
         self.evaluated += stats["evaluated_rounds"]
         self.accepted += np.asarray(stats["counterfactual_accepted"]) * stats["evaluated_rounds"]
-        if self.path is not None:
-            tmp = self.path.with_name(self.path.name + ".tmp")
-            tmp.write_text(json.dumps(self.as_dict()))
-            os.replace(tmp, self.path)  # a reader never sees half a file
 
-    def as_dict(self) -> dict:
+    def _as_dict(self) -> dict:
         rounds = max(self.rounds, 1)
         return {"requests": self.requests, "new_tokens": self.new_tokens,
                 "rounds": self.rounds, "seconds": self.seconds,
