@@ -11,7 +11,7 @@ BIN_VLLM   := $(VENV_VLLM)/bin
 STAMP_VLLM := $(VENV_VLLM)/.installed
 VLLM_ENV   := LD_PRELOAD=$(CURDIR)/$(VENV_VLLM)/lib/libiomp5.so VLLM_CPU_KVCACHE_SPACE=1
 
-.PHONY: demo test test-vllm lint bench proofs clean llama-cpp-tools
+.PHONY: demo test test-vllm lint bench proofs clean llama-cpp-tools vllm-suffix
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -72,6 +72,17 @@ $(LCPP_DIR)/llama-lookup: | $(STAMP)
 		-DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_SERVER=OFF
 	cmake --build $(LCPP_DIR)/build -j $$(nproc) --target llama-completion llama-lookup
 	cp $(LCPP_DIR)/build/bin/llama-completion $(LCPP_DIR)/build/bin/llama-lookup $(LCPP_DIR)/
+
+# vLLM's `suffix` method, a benchmark peer (hedgespec bench-vllm --methods ...,suffix): Arctic
+# Inference's suffix tree, built from its sdist against the pinned CPU torch (its build
+# isolation would pull a CUDA one); its vLLM plugin stays off (VLLM_PLUGINS, server_env)
+ARCTIC_VERSION := 0.3.0
+vllm-suffix: $(STAMP_VLLM)
+	$(BIN_VLLM)/python -m pip install --quiet nanobind==2.9.2 ninja cmake
+	CMAKE_ARGS="-DPython_EXECUTABLE=$(CURDIR)/$(BIN_VLLM)/python" \
+		$(BIN_VLLM)/python -m pip install --quiet --no-deps --no-build-isolation \
+		arctic-inference==$(ARCTIC_VERSION)
+	$(BIN_VLLM)/python -c "import arctic_inference.suffix_decoding"
 
 bench: $(STAMP)
 	$(BIN)/python -m onlinelearn.bench

@@ -41,10 +41,12 @@ from spec_adapters.vllm.config import (
     read_config_file,
 )
 
-__all__ = ["SPEC_CLASS", "check_proposer", "find_vllm_python", "proposer_config", "serve",
+__all__ = ["PLUGIN", "SPEC_CLASS", "check_proposer", "find_vllm_python", "proposer_config", "serve",
            "server_command", "server_env", "wait_ready"]
 
 SPEC_CLASS = "spec_adapters.vllm.HedgeSpecProposer"
+# the vLLM plugin HedgeSpec's engines load (pyproject.toml's vllm.general_plugins entry)
+PLUGIN = "hedgespec_sampling_fix"
 ROOT = Path(__file__).resolve().parents[2]
 SERVED_NAME = "hedgespec"
 GRACE_S = 30.0
@@ -83,7 +85,9 @@ def server_env(python: Path, config_path: Path, environ=None, threads: int | Non
     settings file, the project on ``PYTHONPATH``, Intel OpenMP preloaded when the vLLM
     environment has it (CPU builds), a 1 GiB KV cache, and the CPU worker's OpenMP threads
     bound to cores ``0 .. threads - 1`` (``threads`` given: always; else every core unless
-    ``VLLM_CPU_OMP_THREADS_BIND`` is set), the others unless already set.
+    ``VLLM_CPU_OMP_THREADS_BIND`` is set), and of vLLM's plugins only HedgeSpec's
+    (:data:`PLUGIN`; Arctic Inference's, installed by ``make vllm-suffix`` for vLLM's suffix
+    method, would patch vLLM at start), the others unless already set.
 
     The binding: vLLM's automatic one keeps a core for the front end, which on a 2-core
     machine leaves the engine one thread whatever ``OMP_NUM_THREADS`` says (vLLM plain,
@@ -97,6 +101,7 @@ def server_env(python: Path, config_path: Path, environ=None, threads: int | Non
         others = [p for p in env.get("LD_PRELOAD", "").split(":") if p and p != str(iomp)]
         env["LD_PRELOAD"] = ":".join([str(iomp), *others])
     env.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
+    env.setdefault("VLLM_PLUGINS", PLUGIN)
     cores = min(threads or os.cpu_count() or 1, os.cpu_count() or 1)
     if threads is None:
         env.setdefault("VLLM_CPU_OMP_THREADS_BIND", f"0-{cores - 1}")

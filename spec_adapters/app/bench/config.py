@@ -41,6 +41,11 @@ class BenchConfig:
         Learners of the sampled stream and of the pool-size sweep.
     hf_lookup : bool
         Also transformers' prompt lookup decoding (``K`` tokens), greedy and sampled.
+    hf_static_compiled : bool
+        Also transformers' fastest documented single-request setting, a static KV cache and
+        ``model.forward`` compiled with ``torch.compile``
+        (:class:`~spec_adapters.app.bench.static_compiled.StaticCompiledTarget`;
+        ``hf-static-compiled``), greedy and sampled.
     rows_first_target : bool
         Also the target alone through the layout HedgeSpec verifies with (rows-first where
         it measures faster, :class:`~spec_adapters.hf.target.TargetModel`;
@@ -81,6 +86,7 @@ class BenchConfig:
     policies: tuple[str, ...] = POLICIES
     sampled_policies: tuple[str, ...] = ("normalhedge", "exp3spec", "ucbspec")
     hf_lookup: bool = True
+    hf_static_compiled: bool = False
     rows_first_target: bool = False
     compile_target: bool = False
     fixed: bool = True
@@ -134,6 +140,15 @@ PRESETS: dict[str, BenchConfig] = {
                          sampled_fixed=False,
                          variant_queries_per_domain=0, router_accuracy_prompts=0,
                          pool_sizes=(), overhead=False),
+    # one headline per engine (docs/benchmark.md): 3 prompts per domain, 128 tokens, greedy and
+    # 0.7; transformers as users run it (generate, its prompt lookup, its static cache compiled),
+    # our target step compiled, cost-aware HedgeSpec verifying through it
+    "headline": BenchConfig(queries_per_domain=3, sampled_queries_per_domain=3,
+                            max_new_tokens=128, policies=("normalhedge-cost",),
+                            sampled_policies=("normalhedge-cost",), hf_static_compiled=True,
+                            rows_first_target=True, compile_target=True, fixed=False,
+                            sampled_fixed=False, variant_queries_per_domain=0,
+                            router_accuracy_prompts=0, pool_sizes=(), overhead=False),
     # the specialists' benchmark (docs/benchmark.md "Specialists"): 5 prompts per domain, 256
     # tokens; every drafter's MAT by replay; HedgeSpec reset per query and carried across the
     # stream, cost-aware, greedy; the target and HedgeSpec at 0.7 on 2 prompts per domain

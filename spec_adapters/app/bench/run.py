@@ -65,6 +65,7 @@ from spec_adapters.app.bench.measure import median_ms, run_decoder
 from spec_adapters.app.bench.plots import plot
 from spec_adapters.app.bench.records import Records, check_settings
 from spec_adapters.app.bench.replay import replay_fixed
+from spec_adapters.app.bench.static_compiled import StaticCompiledTarget
 from spec_adapters.app.bench.tables import markdown_tables
 from spec_adapters.app.log import log
 
@@ -121,11 +122,14 @@ class _CallCounter:
 
 
 def run_target(model, ids, max_new_tokens: int, temperature: float, seed: int,
-               prompt_lookup: int | None = None) -> dict:
-    """The target alone (``model.generate``), or with transformers' prompt lookup."""
+               prompt_lookup: int | None = None, cache=None) -> dict:
+    """The target alone (``model.generate``), or with transformers' prompt lookup, or (``cache``:
+    a transformers cache object, emptied first) generating into ``cache``."""
     import torch
 
     kw = dict(max_new_tokens=max_new_tokens, attention_mask=torch.ones_like(ids))
+    if cache is not None:
+        kw["cache"] = cache
     if temperature > 0:
         kw.update(do_sample=True, temperature=temperature, top_p=1.0, top_k=0)
     else:
@@ -137,6 +141,8 @@ def run_target(model, ids, max_new_tokens: int, temperature: float, seed: int,
     t = time.perf_counter()
     try:
         with torch.inference_mode():
+            if cache is not None:
+                cache.reset()
             out = model.generate(ids, **kw)
     finally:
         counter.close()
@@ -216,6 +222,7 @@ def _plan(cfg: BenchConfig, pool, stream: list[BenchPrompt]) -> list[tuple]:
     fixed = [f"fixed:{n}" for n in [*pool.names, *(b.name for b in pool.baselines)]] \
         if cfg.fixed else []
     lookup = ["hf-prompt-lookup"] if cfg.hf_lookup else []
+    lookup += ["hf-static-compiled"] if cfg.hf_static_compiled else []
     rows_first = ["target-rows-first"] if cfg.rows_first_target else []
     plan = []
     sampled = _subset(stream, cfg.sampled_queries_per_domain)
@@ -287,6 +294,7 @@ def run_bench(model, tokenizer, pool, domains: dict, cfg: BenchConfig, out_dir,
             router_ms = _router_section(pool, domains, cfg, out)
         routes = _routes(pool, stream, out)
     decoders: dict = {}
+    static = None  # transformers' static cache + torch.compile twin, built at its first run
 
     def decoder(drafters, method):  # every decoder of this run: its K, its (un)compiled step
         return _decoder(model, drafters, cfg.draft_length, method, cfg.compile_target)
@@ -304,6 +312,13 @@ def run_bench(model, tokenizer, pool, domains: dict, cfg: BenchConfig, out_dir,
         elif method == "hf-prompt-lookup":
             rec |= run_target(model, ids, cfg.max_new_tokens, temp, seed,
                               prompt_lookup=cfg.draft_length)
+        elif method == "hf-static-compiled":
+            if static is None:
+                static = StaticCompiledTarget(
+                    model, max(len(chat_ids(tokenizer, p.prompt)) for p in stream)
+                    + cfg.max_new_tokens)
+            rec |= run_target(static.model, ids, cfg.max_new_tokens, temp, seed,
+                              cache=static.cache)
         elif method == "target-rows-first":
             rec |= run_target_rows_first(model, ids, cfg.max_new_tokens, temp, seed,
                                          cfg.compile_target)

@@ -9,6 +9,9 @@ flatters every drafter exactly where speculation is weakest. Methods (:func:`met
 
 ``plain``        vLLM without speculation (the reference: outputs and speed);
 ``ngram``        vLLM's ``{"method": "ngram", "num_speculative_tokens": K}``;
+``suffix``       vLLM's ``{"method": "suffix"}`` with its defaults (SuffixDecoding, up to 24
+                 tokens a step, sized by its own scores; needs Arctic Inference in the vLLM
+                 environment: ``make vllm-suffix``); ``suffix-k``: at most ``K`` tokens a step;
 ``hedgespec``    :class:`spec_adapters.vllm.HedgeSpecProposer`, NormalHedge over the experts
                  (drafter, k), cost-aware (``k = 0``: no draft);
 ``exp3spec`` / ``ucbspec``  the same proposer with BanditSpec's learners over the drafters
@@ -75,13 +78,16 @@ from spec_adapters.vllm.proposer import HedgeSpecProposer
 __all__ = ["PRESETS", "VLLM_LABELS", "VllmBenchConfig", "drafter_names", "label", "markdown",
            "method_specs", "plot_vllm", "run_bench_vllm", "shared_settings", "summarize_vllm"]
 
-LEARNERS = ("plain", "ngram", "hedgespec", "exp3spec", "ucbspec")
-VLLM_LABELS = {"plain": "vLLM plain", "ngram": "vLLM ngram", "exp3spec": "EXP3Spec proposer",
+LEARNERS = ("plain", "ngram", "suffix", "suffix-k", "hedgespec", "exp3spec", "ucbspec")
+VLLM_LABELS = {"plain": "vLLM plain", "ngram": "vLLM ngram",
+               "suffix": "vLLM suffix (Arctic Inference, its depth 24)",
+               "suffix-k": "vLLM suffix", "exp3spec": "EXP3Spec proposer",
           "hedgespec": "HedgeSpec proposer (NormalHedge, cost-aware)",
           "ucbspec": "UCBSpec proposer"}
 # issue 12's targets: (name, method, reference, concurrency; None = per domain, c = 1), goal
 TARGETS = (("one at a time, x vLLM ngram", "hedgespec", "ngram", 1, 1.25),
            ("one at a time, x vLLM plain", "hedgespec", "plain", 1, 1.6),
+           ("one at a time, x vLLM suffix", "hedgespec", "suffix", 1, 1.0),
            ("16 concurrent, x vLLM plain", "hedgespec", "plain", 16, 1.0),
            ("one at a time, worst domain x vLLM plain", "hedgespec", "plain", None, 0.97))
 # issue 26's, over a concurrency sweep: (name, key, goal, the goal is a ceiling)
@@ -219,6 +225,10 @@ def method_specs(method: str, names: list[str], pool: Path, cache_dir: Path, k: 
         return None, None
     if method == "ngram":
         return {"method": "ngram", "num_speculative_tokens": k}, None
+    if method == "suffix":  # as its users run it: the depth is its own (24) and adaptive
+        return {"method": "suffix"}, None
+    if method == "suffix-k":
+        return {"method": "suffix", "num_speculative_tokens": k}, None
     if method == "hedgespec":
         policy, cost_aware = "normalhedge", True
     elif method in ("exp3spec", "ucbspec"):
@@ -267,8 +277,8 @@ def run_bench_vllm(target: Path, tokenizer, domains: dict, pool: Path, cfg: Vllm
     Raises
     ------
     ValueError
-        ``pool`` holds no complete n-gram pool (:func:`drafter_names`), or ``out_dir`` holds
-        records of other settings.
+        ``pool`` holds no complete n-gram pool (:func:`drafter_names`), ``out_dir`` holds
+        records of other settings, or ``suffix`` is asked for without Arctic Inference.
     RuntimeError
         An engine failed (the message names its log); finished records are kept.
     FileNotFoundError
@@ -298,6 +308,8 @@ def run_bench_vllm(target: Path, tokenizer, domains: dict, pool: Path, cfg: Vllm
     check_settings(out, settings)
     records = VllmRecords(out / "records.jsonl")
     python = find_vllm_python()
+    if {"suffix", "suffix-k"} & set(methods):
+        _check_suffix(python)
     job = {"model": str(Path(target).resolve()), "prompts": prompts,
            "max_tokens": cfg.max_new_tokens, "warmup_tokens": WARMUP_TOKENS,
            "stop_at_eos": cfg.stop_at_eos, "temperature": cfg.temperature, "top_p": TOP_P,
@@ -336,6 +348,18 @@ def shared_settings(cfg: VllmBenchConfig) -> dict:
     """What every phase of one results folder shares: the prompts, sizes, K and seed (its
     methods and concurrencies may be added to by later runs)."""
     return {k: v for k, v in asdict(cfg).items() if k not in ("methods", "concurrencies")}
+
+
+def _check_suffix(python: Path) -> None:
+    """Raise ``ValueError`` unless vLLM's ``suffix`` method can run: Arctic Inference's
+    suffix tree imports in the vLLM environment ``python``."""
+    rc = subprocess.run([str(python), "-c", "import arctic_inference.suffix_decoding"],
+                        capture_output=True, check=False).returncode
+    if rc != 0:
+        raise ValueError(f"vLLM's suffix method needs Arctic Inference's suffix tree in "
+                         f"{python.parent.parent}, and it does not import: run `make "
+                         "vllm-suffix` (builds arctic-inference 0.3.0 against the pinned CPU "
+                         "torch)")
 
 
 def _run_engine(python: Path, job: dict, proposer: dict | None, out: Path, threads: int):
@@ -423,7 +447,8 @@ def summarize_vllm(records: list[dict], greedy: bool = True, cap: int | None = N
         ``concurrencies`` and ``phases`` (:func:`phase_key`, the concurrencies first);
         ``methods``: method -> phase -> ``tok_s``, ``mat``, ``s_per_request``, ``requests``,
         ``new_tokens``, ``steps``, ``accepted``, ``drafted``, ``seconds``, ``x_plain``,
-        ``x_ngram``, ``drafted_share``, ``steps_drafted_share``, ``overhead``, ``drafters``
+        ``x_ngram``, ``x_suffix``, ``drafted_share``, ``steps_drafted_share``, ``overhead``,
+        ``drafters``
         (:func:`_drafting`), ``cap_share`` (requests that reached ``cap`` rather than EOS;
         ``None`` without ``cap``), ``repeated_share`` (the mean share of an output inside
         repeated 5-grams), ``loops`` (with a ``plain`` record: :data:`LOOP_SCOPES` -> the
@@ -469,7 +494,7 @@ def summarize_vllm(records: list[dict], greedy: bool = True, cap: int | None = N
         methods[m][c] = row
     for rows in methods.values():
         for c, row in rows.items():
-            base = {ref: methods.get(ref, {}).get(c) for ref in ("plain", "ngram")}
+            base = {ref: methods.get(ref, {}).get(c) for ref in ("plain", "ngram", "suffix")}
             for ref, b in base.items():
                 row[f"x_{ref}"] = _ratio(row["tok_s"], b["tok_s"]) if b else None
             for key in ("domains", "loops"):
@@ -518,10 +543,11 @@ def _targets(methods: dict) -> list[dict]:
 
 
 def label(method: str, k: int | None = None) -> str:
-    """Display name of a method (``k``: shown for vLLM ngram)."""
+    """Display name of a method (``k``: shown for vLLM ngram and suffix-k)."""
     if method.startswith("fixed:"):
         return f"fixed {method[6:]}"
-    return VLLM_LABELS[method] + (f" (K = {k})" if method == "ngram" and k else "")
+    return VLLM_LABELS[method] + (f" (K = {k})" if method in ("ngram", "suffix-k") and k
+                                  else "")
 
 
 def _f(x, fmt: str = "{:.2f}") -> str:

@@ -17,12 +17,15 @@ from spec_adapters.app.cli.common import (
     UserError,
     add_command,
     add_size_options,
+    add_workload_option,
     pool_config,
     prepared_domains,
     require_router_package,
     setup_threads,
     target_and_domains,
     target_from_args,
+    workload_of,
+    workload_suffix,
 )
 from spec_adapters.app.cli.generate import ENGINES
 from spec_adapters.app.log import log as _log
@@ -51,7 +54,10 @@ def add_bench(sub) -> None:
     s.add_argument("--preset", choices=tuple(PRESETS), default="small",
                    help="sizes (default small: ~1 hour on a busy 2-core machine; speed: the "
                         "speed comparison of every method, greedy, ~10 min on 2 cores; round: "
-                        "every method at 256 tokens, greedy and 0.7, ~1 hour; full: "
+                        "every method at 256 tokens, greedy and 0.7, ~1 hour; headline: "
+                        "the per-engine headline, 3 prompts per domain at 128 tokens, greedy "
+                        "and 0.7, transformers as users run it (generate, its prompt lookup, "
+                        "its static cache compiled) against HedgeSpec, ~30 min; full: "
                         "every section, greedy and 0.7, hours)")
     s.add_argument("--fixed", action=argparse.BooleanOptionalAction, default=None,
                    help="also run every pool drafter fixed (Table 1, generalist, specialist, "
@@ -63,6 +69,7 @@ def add_bench(sub) -> None:
                         "the transformers baselines stay as a user runs them; "
                         "default: the preset's, on for round)")
     add_size_options(s)
+    add_workload_option(s)
     s.add_argument("--draft-length", type=int_arg(1), default=None,
                    help=f"K (default {BenchConfig().draft_length})")
     s.add_argument("--no-router", action="store_true", help="skip the router section")
@@ -105,6 +112,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
     if cfg.compile_target:  # inductor's compiled graphs kept with the cache: a re-run reuses them
         os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", str(Path(args.cache_dir) / "inductor"))
     model, tok, domains = target_and_domains(args)
+    prompts = workload_of(args, domains)  # refused before the pool is built
     need_router = cfg.variant_queries_per_domain > 0 and not args.no_router
     if need_router:
         require_router_package()
@@ -113,9 +121,9 @@ def cmd_bench(args: argparse.Namespace) -> int:
     pool = load_pool(model, tok, args.cache_dir,
                      pool_config(args, router=need_router, extra_shards=shards),
                      domains=domains)
-    out = Path(args.out or f"results/bench-{args.preset}")
+    out = Path(args.out or f"results/bench-{args.preset}" + workload_suffix(args))
     try:
-        summary = run_bench(model, tok, pool, domains, cfg, out)
+        summary = run_bench(model, tok, pool, prompts, cfg, out)
     except SettingsMismatchError as err:
         raise UserError(str(err)) from None
     print(markdown_tables(summary))

@@ -13,6 +13,7 @@ import sys
 import time
 
 from spec_adapters.app.args import comma_list, folder_arg, int_arg
+from spec_adapters.app.bench.workloads import WORKLOADS, workload_domains
 from spec_adapters.app.cli.texts import COMMAND_TEXTS
 from spec_adapters.app.domains import DOMAINS, check_domain_names
 from spec_adapters.app.log import log as _log
@@ -21,9 +22,10 @@ from spec_adapters.eagle.train_config import TrainConfig
 from spec_adapters.vllm.pool_settings import NGramPoolSettings
 
 __all__ = ["MAX_SEED", "MAX_THREADS", "UserError", "add_cache_options", "add_command",
-           "add_pool_options", "add_size_options", "add_target_options", "pool_config",
-           "prepared_domains", "require_router_package", "setup_threads", "target_and_domains",
-           "target_from_args"]
+           "add_pool_options", "add_size_options", "add_target_options",
+           "add_workload_option", "pool_config", "prepared_domains", "require_router_package",
+           "setup_threads", "target_and_domains", "target_from_args", "workload_of",
+           "workload_suffix"]
 
 # torch spawns every requested thread: 100000 of them exhaust memory and crash the process
 MAX_THREADS = 4 * (os.cpu_count() or 1)
@@ -230,6 +232,29 @@ def add_command(sub, name: str, func, *, target: bool = True, domains: bool = Tr
         add_pool_options(s)
     s.set_defaults(func=func)
     return s
+
+
+def add_workload_option(p: argparse.ArgumentParser) -> None:
+    """``--workload`` (:data:`spec_adapters.app.bench.workloads.WORKLOADS`)."""
+    p.add_argument("--workload", choices=WORKLOADS, default="mixed",
+                   help="the prompts: mixed (default: the domains' held-out prompts), "
+                        "copy-edit (requests that copy text they give: code, news and math "
+                        "edits, news quotes) or creative (open stories, poems, letters)")
+
+
+def workload_of(args: argparse.Namespace, domains: dict) -> dict:
+    """The benchmark prompts of ``args.workload`` over the prepared ``domains``
+    (:func:`~spec_adapters.app.bench.workloads.workload_domains`; :class:`UserError` when it
+    cannot be built)."""
+    try:
+        return workload_domains(domains, args.workload)
+    except ValueError as err:
+        raise UserError(str(err)) from None
+
+
+def workload_suffix(args: argparse.Namespace) -> str:
+    """What ``args.workload`` adds to a default results folder's name (nothing for mixed)."""
+    return "" if args.workload == "mixed" else f"-{args.workload}"
 
 
 def add_size_options(p: argparse.ArgumentParser) -> None:

@@ -58,12 +58,13 @@ COMMAND_TEXTS: dict[str, tuple[str, str]] = {
         "named); checked before vLLM starts. --threads: the engine's cores. Options after -- "
         "go to vLLM (e.g. -- --enforce-eager)."),
     "bench-vllm": (
-        "HedgeSpec inside vLLM vs vLLM plain and ngram (resumable)",
+        "HedgeSpec inside vLLM vs vLLM plain, ngram and suffix (resumable)",
         "One vLLM engine per method and phase (from .venv-vllm or this environment): vLLM "
-        "plain, vLLM ngram, the HedgeSpec proposer, EXP3Spec / UCBSpec and every drafter "
-        "fixed, on the held-out prompts, requests stopping at EOS, greedy or at --temperature, "
-        "one request at a time, concurrent and arriving over time; tok/s, MAT, s / request, "
-        "the share of steps that drafted, the proposer's share of a step, greedy outputs "
-        "checked equal to plain. Records go to <out>/records.jsonl as each (method, phase) "
-        "ends; re-running skips them."),
+        "plain, vLLM ngram, vLLM suffix (after `make vllm-suffix`), the HedgeSpec proposer, "
+        "EXP3Spec / UCBSpec and every drafter fixed, on the held-out prompts (or --workload), "
+        "requests stopping at EOS, greedy or at --temperature, one request at a time, "
+        "concurrent and arriving over time; tok/s, MAT, s / request, the share of steps that "
+        "drafted, the proposer's share of a step, greedy outputs checked equal to plain. "
+        "Records go to <out>/records.jsonl as each (method, phase) ends; re-running skips "
+        "them."),
 }

@@ -24,8 +24,11 @@ from spec_adapters.app.cli.common import (
     UserError,
     add_command,
     add_size_options,
+    add_workload_option,
     prepared_domains,
     target_from_args,
+    workload_of,
+    workload_suffix,
 )
 from spec_adapters.app.serve import DEFAULT_K
 from spec_adapters.store.location import default_cache_dir
@@ -73,9 +76,11 @@ def add_bench_vllm(sub) -> None:
                         "full (5 per domain, 256 tokens, 1 / 4 / 16 concurrent, every method; "
                         "hours)")
     add_size_options(s)
+    add_workload_option(s)
     s.add_argument("--methods", type=comma_list, default=None,
-                   help="comma-separated subset of the preset's methods (plain, ngram, "
-                        "hedgespec, exp3spec, ucbspec, fixed:<drafter>)")
+                   help="comma-separated methods (plain, ngram, suffix and suffix-k (at most "
+                        "K tokens): after `make vllm-suffix`, hedgespec, exp3spec, ucbspec, "
+                        "fixed:<drafter>; default: the preset's)")
     s.add_argument("--concurrencies", type=ints_arg(1), default=None,
                    help="comma-separated concurrencies, e.g. 1,4,16 (default: the preset's)")
     s.add_argument("--arrival-rates", type=distinct_list(float_arg(0.0, lo_open=True)),
@@ -200,8 +205,8 @@ def cmd_bench_vllm(args: argparse.Namespace) -> int:
     model, tok = target_from_args(args)  # a .gguf (default: the wheel's) is converted once
     target = Path(model.config.name_or_path)
     del model
-    domains = prepared_domains(args)
-    out = Path(args.out or f"results/bench-vllm-{args.preset}")
+    domains = workload_of(args, prepared_domains(args))
+    out = Path(args.out or f"results/bench-vllm-{args.preset}" + workload_suffix(args))
     try:
         summary = vllm_bench_of(args, target, tok, domains, cfg, out)
     except (ValueError, RuntimeError, FileNotFoundError) as err:

@@ -5,6 +5,7 @@ one-line errors raised before any server starts (the server itself: tests/vllm/t
 from __future__ import annotations
 
 import json
+import tomllib
 from pathlib import Path
 from typing import ClassVar
 
@@ -40,6 +41,11 @@ def test_server_env_preloads_intel_openmp_once_and_keeps_set_values(tmp_path):
     assert env["HEDGESPEC_VLLM_CONFIG"] == str(tmp_path / "c.json")
     assert env["VLLM_CPU_KVCACHE_SPACE"] == "8"
     assert env["PYTHONPATH"].split(":") == [str(serve.ROOT), "/p"]
+    assert env["VLLM_PLUGINS"] == serve.PLUGIN  # HedgeSpec's plugin, not Arctic Inference's
+    entry_points = tomllib.loads((serve.ROOT / "pyproject.toml").read_text())["project"][
+        "entry-points"]["vllm.general_plugins"]
+    assert serve.PLUGIN in entry_points
+    assert serve.server_env(python, tmp_path / "c.json", {"VLLM_PLUGINS": ""})["VLLM_PLUGINS"] == ""
     iomp.unlink()  # a GPU environment: nothing preloaded, default KV cache size
     env = serve.server_env(python, tmp_path / "c.json", {})
     assert "LD_PRELOAD" not in env and env["VLLM_CPU_KVCACHE_SPACE"] == "1"

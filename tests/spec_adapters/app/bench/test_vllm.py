@@ -5,6 +5,8 @@ engine, the methods' settings, and the record store's resumability."""
 from __future__ import annotations
 
 import json
+import sys
+from pathlib import Path
 from types import SimpleNamespace
 
 import numpy as np
@@ -14,6 +16,7 @@ from spec_adapters.app.bench.vllm import (
     PRESETS,
     VllmBenchConfig,
     VllmRecords,
+    _check_suffix,
     drafter_names,
     markdown,
     method_specs,
@@ -292,6 +295,28 @@ def test_method_specs_of_vllms_methods_and_the_learners(tmp_path):
     assert (ex["policy"], ex["cost_aware"]) == ("exp3spec", False)
     with pytest.raises(ValueError, match="unknown method 'fixed:nope'"):
         method_specs("fixed:nope", names, tmp_path, tmp_path, 4, 0)
+    # vLLM's suffix method as its users run it: its own adaptive depth, no K
+    assert method_specs("suffix", names, tmp_path, tmp_path, 4, 0) == ({"method": "suffix"}, None)
+    assert method_specs("suffix-k", names, tmp_path, tmp_path, 3, 0) == (
+        {"method": "suffix", "num_speculative_tokens": 3}, None)
+
+
+def test_the_suffix_method_without_arctic_inference_is_refused_naming_the_make_target():
+    with pytest.raises(ValueError, match="make vllm-suffix"):  # this venv has no Arctic Inference
+        _check_suffix(Path(sys.executable))
+
+
+def test_hedgespec_against_vllm_suffix_in_the_same_phase():
+    suffix = [dict(r, method="suffix", seconds=r["seconds"] / 2) for r in _records()
+              if r["method"] == "ngram"]  # twice as fast as ngram: hedgespec is 1.0x it
+    s = summarize_vllm(_records() + suffix)
+    assert s["methods"]["hedgespec"]["1"]["x_suffix"] == pytest.approx(1.0)
+    assert s["methods"]["suffix"]["4"]["x_ngram"] == pytest.approx(2.0)
+    t = next(x for x in s["targets"] if x["name"] == "one at a time, x vLLM suffix")
+    assert (t["value"], t["goal"], t["met"]) == (pytest.approx(1.0), 1.0, True)
+    assert "vLLM suffix (Arctic Inference, its depth 24)" in markdown(s)
+    assert "one at a time, x vLLM suffix" not in {x["name"] for x in
+                                                  summarize_vllm(_records())["targets"]}
 
 
 def test_config_rejects_bad_sizes_and_the_quick_preset_is_the_briefs():

@@ -1,0 +1,30 @@
+"""transformers' static cache + torch.compile baseline: one cache of a fixed length reused
+across prompts gives ``model.generate``'s greedy output on each (the compilation itself is
+replaced by the identity: its numerics are torch's)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from spec_adapters.app.bench.run import run_target
+from spec_adapters.app.bench.static_compiled import StaticCompiledTarget
+
+
+def test_the_static_cache_reused_across_prompts_gives_generates_greedy_output(tiny_llama):
+    torch.set_num_threads(1)
+    model = tiny_llama(vocab_size=96, seed=3)
+    static = StaticCompiledTarget(model, max_cache_len=64, compiler=lambda f: f)
+    assert static.model is not model  # the other baselines keep the eager target
+    assert static.model.forward.__func__ is model.forward.__func__
+    for prompt in ([5, 9, 14, 3, 7, 7, 21], [40, 2, 3], list(range(10, 40))):  # long, short, long
+        ids = torch.tensor([prompt])
+        want = run_target(model, ids, 20, 0.0, seed=0)
+        got = run_target(static.model, ids, 20, 0.0, seed=0, cache=static.cache)
+        assert got["tokens"] == want["tokens"]
+        assert got["new_tokens"] == want["new_tokens"] == 20
+
+
+def test_a_cache_too_short_for_the_warm_up_is_refused(tiny_llama):
+    with pytest.raises(ValueError, match="max_cache_len"):
+        StaticCompiledTarget(tiny_llama(vocab_size=96), max_cache_len=3, compiler=lambda f: f)
