@@ -53,6 +53,8 @@ Presets (:data:`PRESETS`)::
                                           # (add --temperature 0.7 for the chat setting)
     hedgespec bench-vllm --preset full    # the same sizes, every method (hours)
     hedgespec bench-vllm --preset demo    # make demo's stream: 1 per domain, c = 1
+    hedgespec bench-vllm --preset headline  # 3 per domain, 128 tokens, c = 1; plain, ngram,
+                                            # suffix, suffix-k, hedgespec (~15 min)
 """
 
 from __future__ import annotations
@@ -176,6 +178,10 @@ PRESETS: dict[str, VllmBenchConfig] = {
     # make demo: the demo's mixed stream through vLLM, one request at a time
     "demo": VllmBenchConfig(queries_per_domain=1, max_new_tokens=40, concurrencies=(1,),
                             methods=("plain", "ngram", "hedgespec")),
+    # one headline per engine (docs/benchmark.md): 3 per domain, 128 tokens, one at a time;
+    # vLLM plain, ngram, suffix (its defaults and at K; `make vllm-suffix`) and HedgeSpec
+    "headline": VllmBenchConfig(queries_per_domain=3, max_new_tokens=128, concurrencies=(1,),
+                                methods=("plain", "ngram", "suffix", "suffix-k", "hedgespec")),
     # issue 26: the load sweep on requests that stop at EOS
     "load": VllmBenchConfig(max_new_tokens=128, concurrencies=(1, 2, 4, 8, 16, 32),
                             arrival_rates=(1.0,), methods=("plain", "ngram", "hedgespec")),

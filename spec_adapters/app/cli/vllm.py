@@ -39,7 +39,7 @@ __all__ = ["ENGINES", "VLLM_BENCH_PRESETS", "add_bench_vllm", "add_serve", "cmd_
 
 ENGINES = ("vllm", "llamacpp")  # serve: vLLM's server, or ours over llama.cpp
 # the names of spec_adapters.app.bench.vllm.PRESETS (which imports the proposer: not for --help)
-VLLM_BENCH_PRESETS = ("quick", "targets", "full", "demo", "load")
+VLLM_BENCH_PRESETS = ("quick", "targets", "full", "demo", "load", "headline")
 
 
 def add_serve(sub) -> None:
@@ -71,7 +71,9 @@ def add_bench_vllm(sub) -> None:
     s = add_command(sub, "bench-vllm", cmd_bench_vllm)
     s.add_argument("--preset", choices=VLLM_BENCH_PRESETS, default="quick",
                    help="quick (default: 2 prompts per domain, 64 tokens, 1 and 4 concurrent, "
-                        "plain / ngram / HedgeSpec), load (5 per domain, 128 tokens, 1 to 32 "
+                        "plain / ngram / HedgeSpec), headline (3 per domain, 128 tokens, one "
+                        "at a time, plain / ngram / suffix at its depth and at K / HedgeSpec), "
+                        "load (5 per domain, 128 tokens, 1 to 32 "
                         "concurrent and 1 request/s arriving, plain / ngram / HedgeSpec) or "
                         "full (5 per domain, 256 tokens, 1 / 4 / 16 concurrent, every method; "
                         "hours)")

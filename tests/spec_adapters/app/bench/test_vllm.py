@@ -301,6 +301,16 @@ def test_method_specs_of_vllms_methods_and_the_learners(tmp_path):
         {"method": "suffix", "num_speculative_tokens": 3}, None)
 
 
+def test_the_headline_preset_is_every_peer_one_at_a_time_at_128_tokens():
+    from spec_adapters.app.cli.vllm import VLLM_BENCH_PRESETS
+
+    h = PRESETS["headline"]
+    assert (h.queries_per_domain, h.max_new_tokens, h.concurrencies, h.temperature) == (
+        3, 128, (1,), 0.0)
+    assert h.methods == ("plain", "ngram", "suffix", "suffix-k", "hedgespec")
+    assert set(VLLM_BENCH_PRESETS) == set(PRESETS)  # the command line offers every preset
+
+
 def test_the_suffix_method_without_arctic_inference_is_refused_naming_the_make_target():
     with pytest.raises(ValueError, match="make vllm-suffix"):  # this venv has no Arctic Inference
         _check_suffix(Path(sys.executable))
