@@ -52,11 +52,12 @@ from pathlib import Path
 
 import numpy as np
 
+from spec_adapters.app.bench.plots import plot_speedup_vs_repetition
 from spec_adapters.app.bench.records import Records, check_settings
 from spec_adapters.app.bench.repetition import REPEAT_THRESHOLD, is_looping, repeated_share
 
 __all__ = ["CELL_CAP", "CPP_TOOLS", "METHODS", "LlamaCppBenchConfig", "cpp_generate",
-           "plot_speedup_vs_repetition", "run_llamacpp_bench", "summarize_cell",
+           "repetition_panels", "run_llamacpp_bench", "summarize_cell",
            "tables_llamacpp"]
 
 METHODS = ("plain", "cpp-plain", "lcp-plain", "lcp-lookup", "cpp-lookup", "hedgespec")
@@ -234,8 +235,8 @@ def run_llamacpp_bench(gguf: Path, prompts: Sequence[tuple[str, str, list[int]]]
                                          key=lambda r: (r["n"], r["temperature"]))}}
     (out / "results.json").write_text(json.dumps(summary, indent=1))
     (out / "tables.md").write_text(tables_llamacpp(summary))
-    plot_speedup_vs_repetition(list(records.rows.values()), cfg.methods,
-                               out / "speedup_vs_repetition.png")
+    plot_speedup_vs_repetition(repetition_panels(list(records.rows.values()), cfg.methods),
+                               out / "speedup_vs_repetition.png", REPEAT_THRESHOLD)
     return summary
 
 
@@ -380,36 +381,20 @@ def _first_difference(a: Sequence, b: Sequence) -> int:
                 min(len(a), len(b)))
 
 
-def plot_speedup_vs_repetition(cells: list[dict], methods: Sequence[str], path: Path) -> Path:
-    """One panel per cell: each prompt's speed-up over plain (a method's tok/s on it over
-    plain's) against the share of plain's output inside repeated 5-grams (PNG)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    cells = sorted(cells, key=lambda c: (c["n"], c["temperature"]))
-    fig, axes = plt.subplots(1, len(cells), figsize=(4.2 * len(cells), 3.6), squeeze=False,
-                             sharey=True)
-    for ax, cell in zip(axes[0], cells, strict=True):
+def repetition_panels(cells: list[dict], methods: Sequence[str]
+                      ) -> list[tuple[str, list[float], dict[str, list[float]]]]:
+    """Per cell, what :func:`~spec_adapters.app.bench.plots.plot_speedup_vs_repetition` draws:
+    the share of plain's output inside repeated 5-grams and each method's speed-up over plain
+    (its tok/s on the prompt over plain's), prompt by prompt."""
+    panels = []
+    for cell in sorted(cells, key=lambda c: (c["n"], c["temperature"])):
         rows = cell["rows"]
-        rep = [repeated_share(r["plain"]["tokens"]) for r in rows]
-        for m in methods:
-            if m == "plain" or not all(m in r for r in rows):
-                continue
-            x_plain = [(_new_tokens(r[m]) / r[m]["seconds"])
-                       / (_new_tokens(r["plain"]) / r["plain"]["seconds"]) for r in rows]
-            ax.scatter(rep, x_plain, s=14, label=m, alpha=0.75)
-        ax.axhline(1.0, color="grey", lw=0.8)
-        ax.axvline(REPEAT_THRESHOLD, color="grey", lw=0.8, ls=":")
-        ax.set_title(f"n = {cell['n']}, T = {cell['temperature']}")
-        ax.set_xlabel("plain output: share in repeated 5-grams")
-    axes[0][0].set_ylabel("speed-up over plain (per prompt)")
-    axes[0][-1].legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return path
+        speedups = {m: [(_new_tokens(r[m]) / r[m]["seconds"])
+                        / (_new_tokens(r["plain"]) / r["plain"]["seconds"]) for r in rows]
+                    for m in methods if m != "plain" and all(m in r for r in rows)}
+        panels.append((f"n = {cell['n']}, T = {cell['temperature']}",
+                       [repeated_share(r["plain"]["tokens"]) for r in rows], speedups))
+    return panels
 
 
 def tables_llamacpp(summary: dict) -> str:

@@ -9,7 +9,7 @@ import numpy as np
 
 from spec_adapters.app.bench.tables import LABELS
 
-__all__ = ["plot"]
+__all__ = ["plot", "plot_speedup_vs_repetition"]
 
 
 def _save(fig, path: Path) -> Path:
@@ -20,6 +20,31 @@ def _save(fig, path: Path) -> Path:
     fig.savefig(path, dpi=120)
     plt.close(fig)
     return path
+
+
+def plot_speedup_vs_repetition(panels: list[tuple[str, list[float], dict[str, list[float]]]],
+                               path: Path, threshold: float) -> Path:
+    """Each prompt's speed-up over plain against the share of plain's output inside repeated
+    5-grams (:func:`~spec_adapters.app.bench.repetition.repeated_share`), one panel per
+    ``(title, repeated shares, {method label: speed-ups})``, one colour per method, the
+    looping ``threshold`` dotted (PNG)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, len(panels), figsize=(4.2 * len(panels), 3.6), squeeze=False,
+                             sharey=True)
+    for ax, (title, repeated, speedups) in zip(axes[0], panels, strict=True):
+        for label, xs in speedups.items():
+            ax.scatter(repeated, xs, s=14, label=label, alpha=0.75)
+        ax.axhline(1.0, color="grey", lw=0.8)
+        ax.axvline(threshold, color="grey", lw=0.8, ls=":")
+        ax.set_title(title)
+        ax.set_xlabel("plain output: share in repeated 5-grams")
+    axes[0][0].set_ylabel("speed-up over plain (per prompt)")
+    axes[0][-1].legend(fontsize=7)
+    return _save(fig, path)
 
 
 def _lines(path: Path, curves: dict, xlabel: str, ylabel: str, title: str, *,

@@ -40,7 +40,8 @@ flight; the share of request-steps that drafted (vLLM's counters: drafts / (gene
 accepted tokens)); for the proposer, the share of engine steps in which any row drafted and its
 own time's share of a step (its telemetry, :mod:`spec_adapters.vllm.telemetry`); and, greedy,
 whether every output equals ``plain``'s token for token. Written to ``results.json``,
-``tables.md`` and ``bench_vllm.png``.
+``tables.md``, ``bench_vllm.png`` and, one at a time, ``speedup_vs_repetition.png`` (each
+prompt's speed-up against its plain output's repetition, :func:`repetition_panel`).
 
 Presets (:data:`PRESETS`)::
 
@@ -69,8 +70,14 @@ from pathlib import Path
 import numpy as np
 
 from spec_adapters.app.bench.config import TOP_P
+from spec_adapters.app.bench.plots import plot_speedup_vs_repetition
 from spec_adapters.app.bench.records import Records, check_settings
-from spec_adapters.app.bench.repetition import LOOP_SCOPES, is_looping, repeated_share
+from spec_adapters.app.bench.repetition import (
+    LOOP_SCOPES,
+    REPEAT_THRESHOLD,
+    is_looping,
+    repeated_share,
+)
 from spec_adapters.app.bench.run import mixed_stream
 from spec_adapters.app.log import log
 from spec_adapters.app.serve import ROOT, SPEC_CLASS, find_vllm_python, server_env
@@ -78,7 +85,8 @@ from spec_adapters.vllm.config import ProposerConfig, config_from_mapping
 from spec_adapters.vllm.proposer import HedgeSpecProposer
 
 __all__ = ["PRESETS", "VLLM_LABELS", "VllmBenchConfig", "drafter_names", "label", "markdown",
-           "method_specs", "plot_vllm", "run_bench_vllm", "shared_settings", "summarize_vllm"]
+           "method_specs", "plot_vllm", "repetition_panel", "run_bench_vllm", "shared_settings",
+           "summarize_vllm"]
 
 LEARNERS = ("plain", "ngram", "suffix", "suffix-k", "hedgespec", "exp3spec", "ucbspec")
 VLLM_LABELS = {"plain": "vLLM plain", "ngram": "vLLM ngram",
@@ -275,7 +283,7 @@ def run_bench_vllm(target: Path, tokenizer, domains: dict, pool: Path, cfg: Vllm
     cfg : VllmBenchConfig
     out_dir : path-like
         ``records.jsonl``, ``settings.json``, ``logs/<method>.log``, then ``results.json``,
-        ``tables.md``, ``bench_vllm.png``.
+        ``tables.md``, ``bench_vllm.png``, ``speedup_vs_repetition.png``.
     cache_dir : path-like
     threads : int
         ``OMP_NUM_THREADS`` of the engine.
@@ -347,6 +355,9 @@ def run_bench_vllm(target: Path, tokenizer, domains: dict, pool: Path, cfg: Vllm
                                 for r in records_list]}, indent=1))
     (out / "tables.md").write_text(markdown(summary))
     plot_vllm(summary, out / "bench_vllm.png")
+    if records.has("plain", "1"):
+        plot_speedup_vs_repetition([repetition_panel(records_list, "1", cfg.k)],
+                                   out / "speedup_vs_repetition.png", REPEAT_THRESHOLD)
     return summary
 
 
@@ -608,6 +619,34 @@ def markdown(summary: dict) -> str:
                   f"{'yes' if t['met'] else 'no'} |" for t in summary["targets"]]
         lines.append("")
     return "\n".join(lines)
+
+
+def repetition_panel(records: list[dict], phase: str = "1", k: int | None = None
+                     ) -> tuple[str, list[float], dict[str, list[float]]]:
+    """What :func:`~spec_adapters.app.bench.plots.plot_speedup_vs_repetition` draws for one
+    phase: per prompt the share of ``plain``'s output inside repeated 5-grams and each other
+    method's speed-up over ``plain`` on it (tokens over time in flight).
+
+    Raises
+    ------
+    ValueError
+        The phase has no ``plain`` record.
+    """
+    by = {VllmRecords.key(r): r for r in records}
+    if ("plain", phase) not in by:
+        raise ValueError(f"no plain record in phase {phase!r}: nothing to compare with")
+    plain = {q["qid"]: q for q in by["plain", phase]["requests"]}
+    qids = list(plain)
+
+    def tok_s(q: dict) -> float:
+        return q["new_tokens"] / q["seconds"]
+
+    speedups = {}
+    for (m, c), r in sorted(by.items(), key=lambda x: _order(x[0][0])):
+        mine = {q["qid"]: q for q in r["requests"]}
+        if c == phase and m != "plain" and set(mine) >= set(qids):
+            speedups[label(m, k)] = [tok_s(mine[q]) / tok_s(plain[q]) for q in qids]
+    return (_phase(phase), [repeated_share(plain[q]["tokens"]) for q in qids], speedups)
 
 
 def plot_vllm(summary: dict, path: Path) -> Path:

@@ -214,5 +214,6 @@ def cmd_bench_vllm(args: argparse.Namespace) -> int:
     except (ValueError, RuntimeError, FileNotFoundError) as err:
         raise UserError(str(err)) from None
     print(markdown(summary))
-    print(f"results: {out}/results.json, {out}/tables.md, {out}/bench_vllm.png")
+    print(f"results: {out}/results.json, {out}/tables.md, {out}/bench_vllm.png, "
+          f"{out}/speedup_vs_repetition.png")
     return 0

@@ -12,6 +12,7 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
+from spec_adapters.app.bench.plots import plot_speedup_vs_repetition
 from spec_adapters.app.bench.vllm import (
     PRESETS,
     VllmBenchConfig,
@@ -21,6 +22,7 @@ from spec_adapters.app.bench.vllm import (
     markdown,
     method_specs,
     plot_vllm,
+    repetition_panel,
     summarize_vllm,
 )
 from spec_adapters.app.bench.vllm_worker import counter_totals, run_requests
@@ -299,6 +301,24 @@ def test_method_specs_of_vllms_methods_and_the_learners(tmp_path):
     assert method_specs("suffix", names, tmp_path, tmp_path, 4, 0) == ({"method": "suffix"}, None)
     assert method_specs("suffix-k", names, tmp_path, tmp_path, 3, 0) == (
         {"method": "suffix", "num_speculative_tokens": 3}, None)
+
+
+def test_the_repetition_panel_pairs_each_prompts_speed_up_with_its_plain_repetition(tmp_path):
+    recs = _records()
+    recs[0]["requests"][1] = _req("math/0", "math", [1, 2, 3, 4, 5, 1, 2, 3, 4, 5], 2.0)
+    title, repeated, speedups = repetition_panel(recs, "1", k=4)
+    assert title == "one request at a time"
+    assert repeated == [0.0, 0.1]  # code/0, then math/0: its last 5-gram seen before, 1 of 10
+    # per prompt: (tokens / s in flight) over plain's; plain spends 2 s on each
+    assert speedups["HedgeSpec proposer (NormalHedge, cost-aware)"] == pytest.approx(
+        [(8 / 0.8) / (8 / 2.0), (8 / 0.2) / (10 / 2.0)])
+    assert speedups["vLLM ngram (K = 4)"] == pytest.approx([2.0, (8 / 1.0) / (10 / 2.0)])
+    assert set(speedups) == {"HedgeSpec proposer (NormalHedge, cost-aware)",
+                             "vLLM ngram (K = 4)"}  # not plain itself, not another phase
+    png = plot_speedup_vs_repetition([repetition_panel(recs, "4")], tmp_path / "r.png", 0.2)
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    with pytest.raises(ValueError, match="no plain record in phase '16'"):
+        repetition_panel(recs, "16")
 
 
 def test_the_headline_preset_is_every_peer_one_at_a_time_at_128_tokens():
