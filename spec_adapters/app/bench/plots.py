@@ -1,5 +1,5 @@
-"""The benchmark's figures (PNG, matplotlib): tokens/s per method, Fig. 5a regret, Fig. 5b
-pool size, Table 1 heat map."""
+"""The benchmark's figures (PNG, matplotlib): tokens/s per method, each query's speed-up against
+its repetition, Fig. 5a regret, Fig. 5b pool size, Table 1 heat map."""
 
 from __future__ import annotations
 
@@ -7,9 +7,10 @@ from pathlib import Path
 
 import numpy as np
 
+from spec_adapters.app.bench.repetition import REPEAT_THRESHOLD, repeated_share
 from spec_adapters.app.bench.tables import LABELS
 
-__all__ = ["plot", "plot_speedup_vs_repetition"]
+__all__ = ["plot", "plot_speedup_vs_repetition", "repetition_panels"]
 
 
 def _save(fig, path: Path) -> Path:
@@ -47,6 +48,31 @@ def plot_speedup_vs_repetition(panels: list[tuple[str, list[float], dict[str, li
     return _save(fig, path)
 
 
+def repetition_panels(records: list[dict]) -> list[tuple[str, list[float], dict[str, list[float]]]]:
+    """Per temperature of the mixed stream, what :func:`plot_speedup_vs_repetition` draws:
+    each query's share of the target's own output inside repeated 5-grams and every timed
+    method's speed-up over the target on it (tokens/s over ``target``'s); temperatures with
+    no timed method besides the target are left out."""
+    runs: dict = {}
+    for r in records:
+        timed = r.get("seconds") is not None and np.isfinite(r["seconds"]) and r["seconds"] > 0
+        if r["section"] == "main" and timed and r.get("tokens") is not None:
+            runs.setdefault(float(r["temperature"]), {}).setdefault(r["method"], {})[
+                r["qid"]] = r
+    panels = []
+    for temp, by_method in sorted(runs.items()):
+        target = by_method.get("target", {})
+        qids = sorted(target)
+        speedups = {LABELS.get(m, m): [(rs[q]["new_tokens"] / rs[q]["seconds"])
+                                       / (target[q]["new_tokens"] / target[q]["seconds"])
+                                       for q in qids]
+                    for m, rs in by_method.items() if m != "target" and set(rs) >= set(qids)}
+        if qids and speedups:
+            panels.append((f"temperature {temp:g}",
+                           [repeated_share(target[q]["tokens"]) for q in qids], speedups))
+    return panels
+
+
 def _lines(path: Path, curves: dict, xlabel: str, ylabel: str, title: str, *,
            log2_x: bool = False, marker: str | None = None) -> Path:
     """One line per method (``curves``: method -> (x, y)), labelled by :data:`LABELS`."""
@@ -65,7 +91,8 @@ def _lines(path: Path, curves: dict, xlabel: str, ylabel: str, title: str, *,
 
 
 def plot(summary: dict, records: list[dict], out: Path) -> list[Path]:
-    """fig5a_regret.png, fig5b_poolsize.png, table1_heatmap.png (those with data)."""
+    """speed.png, speedup_vs_repetition.png, fig5a_regret.png, fig5b_poolsize.png,
+    table1_heatmap.png (those with data)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -76,6 +103,10 @@ def plot(summary: dict, records: list[dict], out: Path) -> list[Path]:
              for temp, t in summary.get("main", {}).items()}
     if any(len(v) > 1 for v in timed.values()):
         written.append(_speed_bars(out / "speed.png", timed))
+    panels = repetition_panels(records)
+    if panels:
+        written.append(plot_speedup_vs_repetition(panels, out / "speedup_vs_repetition.png",
+                                                  REPEAT_THRESHOLD))
     curves = {m: (np.arange(1, len(c) + 1), c) for m, c in summary.get("regret", {}).items()
               if c}
     if curves:
