@@ -28,10 +28,15 @@ from .test_cache_domains import DOMS, _builder, _tree
 def _own_locks() -> None:
     """In a forked child: a private tqdm lock. tqdm's default one is a multiprocessing lock
     whose semaphore a forked child *shares* with pytest; killed while holding it, the child
-    would leave pytest blocked forever (separate processes, as in real use, share nothing)."""
+    would leave pytest blocked forever (separate processes, as in real use, share nothing).
+    Set on ``tqdm.auto``'s class too: a subclass that asked for the lock before keeps its own
+    reference to the shared one (pytest hung that way in a pool build killed after 0.01 s)."""
     from tqdm import tqdm
+    from tqdm.auto import tqdm as auto_tqdm
 
-    tqdm.set_lock(threading.RLock())
+    lock = threading.RLock()
+    for cls in (tqdm, auto_tqdm):
+        cls.set_lock(lock)
 
 
 def _run_killed(build, at: int | None = None, after: bool = False,
