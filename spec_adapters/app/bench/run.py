@@ -221,8 +221,8 @@ def _plan(cfg: BenchConfig, pool, stream: list[BenchPrompt]) -> list[tuple]:
     """Every run to do: (section, query, temperature, method, n)."""
     fixed = [f"fixed:{n}" for n in [*pool.names, *(b.name for b in pool.baselines)]] \
         if cfg.fixed else []
-    lookup = ["hf-prompt-lookup"] if cfg.hf_lookup else []
-    lookup += ["hf-static-compiled"] if cfg.hf_static_compiled else []
+    hf = ["hf-prompt-lookup"] if cfg.hf_lookup else []  # transformers as its users run it
+    hf += ["hf-static-compiled"] if cfg.hf_static_compiled else []
     rows_first = ["target-rows-first"] if cfg.rows_first_target else []
     plan = []
     sampled = _subset(stream, cfg.sampled_queries_per_domain)
@@ -231,7 +231,7 @@ def _plan(cfg: BenchConfig, pool, stream: list[BenchPrompt]) -> list[tuple]:
         own = fixed if temp == 0.0 or cfg.sampled_fixed else []
         for q in queries:
             plan += [("main", q, temp, m, 0)
-                     for m in ["target", *lookup, *rows_first, *own, *pols]]
+                     for m in ["target", *hf, *rows_first, *own, *pols]]
     for q in _subset(stream, cfg.variant_queries_per_domain):
         v = BenchPrompt(q.qid + "~twice", q.domain, VARIANTS["twice"].format(p=q.prompt), "variant")
         plan += [("variant", v, 0.0, m, 0) for m in ["router", "normalhedge"]]

@@ -229,7 +229,7 @@ def _demo_vllm(args: argparse.Namespace, model, tok, domains: dict, out: Path, c
     from dataclasses import replace
 
     from spec_adapters.app.bench.vllm import PRESETS as VLLM_PRESETS
-    from spec_adapters.app.bench.vllm import label
+    from spec_adapters.app.bench.vllm_summary import label
     from spec_adapters.app.cli.vllm import vllm_bench_of
     from spec_adapters.app.serve import find_vllm_python
 

@@ -192,7 +192,8 @@ def serve_llamacpp(args: argparse.Namespace) -> int:
 
 def cmd_bench_vllm(args: argparse.Namespace) -> int:
     """HedgeSpec inside vLLM against vLLM plain and ngram (spec_adapters.app.bench.vllm)."""
-    from spec_adapters.app.bench.vllm import PRESETS, markdown
+    from spec_adapters.app.bench.vllm import PRESETS
+    from spec_adapters.app.bench.vllm_summary import markdown
 
     chosen = {"queries_per_domain": args.queries_per_domain,
               "max_new_tokens": args.max_new_tokens, "concurrencies": args.concurrencies,

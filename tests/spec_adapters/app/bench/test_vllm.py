@@ -16,11 +16,13 @@ from spec_adapters.app.bench.plots import plot_speedup_vs_repetition
 from spec_adapters.app.bench.vllm import (
     PRESETS,
     VllmBenchConfig,
-    VllmRecords,
     _check_suffix,
     drafter_names,
-    markdown,
     method_specs,
+)
+from spec_adapters.app.bench.vllm_summary import (
+    VllmRecords,
+    markdown,
     plot_vllm,
     repetition_panel,
     summarize_vllm,
