@@ -14,7 +14,10 @@ Beside the mixed stream and the domains, each method is aggregated over the prom
 target output does not loop and those whose output does (``LOOP_SCOPES`` and ``is_looping``
 of :mod:`spec_adapters.app.bench.repetition`), and every aggregate carries the mean
 share of its outputs inside repeated 5-grams and the share that reached the token cap: how
-much of a speed-up comes from the target repeating itself.
+much of a speed-up comes from the target repeating itself. ``prefix_tok_s`` is tokens/s on the
+loop-free prefix of each output (:func:`~spec_adapters.app.bench.repetition.prefix_tok_s`,
+from the per-token arrival times), ``prefix_share`` the share of new tokens in those prefixes
+and ``prefix_speedup_target`` its ratio to the target's: the speed-up with every loop cut off.
 
 Derived methods (no extra decoding): ``generalist`` = ``fixed:ngram-general``; ``specialist``
 = the fixed run of the query's own domain drafter; ``router`` = the fixed run of the drafter
@@ -31,7 +34,12 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from spec_adapters.app.bench.repetition import LOOP_SCOPES, is_looping, repeated_share
+from spec_adapters.app.bench.repetition import (
+    LOOP_SCOPES,
+    is_looping,
+    prefix_tok_s,
+    repeated_share,
+)
 
 if TYPE_CHECKING:
     from spec_adapters.app.bench.config import BenchConfig
@@ -52,7 +60,9 @@ def _agg(rows: Sequence[dict], cap: int | None = None) -> dict:
     sec = sum(r["seconds"] for r in rows)
     sec = sec if np.isfinite(sec) else 0.0  # replayed rows are not timed
     cpu = sum(np.nan if r.get("replayed") else r.get("cpu_seconds", np.nan) for r in rows)
+    prefix, prefix_share = prefix_tok_s(rows)
     out = {"mat": tok / calls if calls else None, "tok_s": tok / sec if sec else None,
+           "prefix_tok_s": prefix, "prefix_share": prefix_share,
            "tok_cpu_s": tok / cpu if cpu and np.isfinite(cpu) else None,
            "queries": len(rows), "new_tokens": tok, "rounds": calls,
            "repeated_share": (float(np.mean([repeated_share(t) for t in outputs]))
@@ -71,14 +81,16 @@ def _agg(rows: Sequence[dict], cap: int | None = None) -> dict:
 
 
 def _speedups(table: dict) -> None:
-    """Add ``speedup_target`` / ``speedup_hf_lookup`` (tokens/s ratios) to every method and
-    scope (mixed, each domain) of one temperature's ``table`` (method -> scope -> agg)."""
+    """Add ``speedup_target`` / ``speedup_hf_lookup`` (tokens/s ratios) and
+    ``prefix_speedup_target`` (loop-free prefixes) to every method and scope (mixed, each
+    domain) of one temperature's ``table`` (method -> scope -> agg)."""
     for v in table.values():
         for scope, a in v.items():
-            for key, ref in (("speedup_target", "target"),
-                             ("speedup_hf_lookup", "hf-prompt-lookup")):
-                base = table.get(ref, {}).get(scope, {}).get("tok_s")
-                a[key] = a["tok_s"] / base if base and a["tok_s"] is not None else None
+            for key, ref, rate in (("speedup_target", "target", "tok_s"),
+                                   ("speedup_hf_lookup", "hf-prompt-lookup", "tok_s"),
+                                   ("prefix_speedup_target", "target", "prefix_tok_s")):
+                base = table.get(ref, {}).get(scope, {}).get(rate)
+                a[key] = a[rate] / base if base and a.get(rate) is not None else None
 
 
 def _derived(rows_q: dict[str, dict], domain: str, pool, router_rows: dict) -> dict:

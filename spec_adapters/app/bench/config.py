@@ -45,7 +45,8 @@ class BenchConfig:
         Also transformers' fastest documented single-request setting, a static KV cache and
         ``model.forward`` compiled with ``torch.compile``
         (:class:`~spec_adapters.app.bench.static_compiled.StaticCompiledTarget`;
-        ``hf-static-compiled``), greedy and sampled.
+        ``hf-static-compiled``), greedy and sampled; with ``hf_lookup`` also its prompt lookup
+        on that compiled static cache (``hf-static-compiled-lookup``).
     rows_first_target : bool
         Also the target alone through the layout HedgeSpec verifies with (rows-first where
         it measures faster, :class:`~spec_adapters.hf.target.TargetModel`;

@@ -11,7 +11,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-__all__ = ["PHASES", "median_ms", "run_decoder", "time_calls"]
+__all__ = ["PHASES", "TokenClock", "median_ms", "run_decoder", "time_calls"]
 
 PHASES = ("prefill", "select", "draft", "verify", "eval", "update")
 
@@ -63,6 +63,37 @@ def median_ms(fn: Callable[[], object], repeats: int = 7, **kwargs) -> float:
     return statistics.median(time_calls(fn, repeats, **kwargs))
 
 
+class TokenClock:
+    """When each new token of one generation arrived: a streamer (transformers' protocol,
+    which the decoders follow too) for the loop-free-prefix speed-up of the benchmark.
+
+    ``seconds[i]`` is the wall time from :meth:`start` to the ``put`` that delivered new token
+    ``i``; the tokens of one ``put`` (one speculative round) share its time, the moment a
+    streaming user would see them. The first ``put`` after :meth:`start` is the prompt and is
+    not a new token.
+    """
+
+    def __init__(self) -> None:
+        self.seconds: list[float] = []
+        self._t0 = time.perf_counter()
+        self._prompt = True
+
+    def start(self) -> TokenClock:
+        """Start (or restart) the clock for one generation; returns ``self``."""
+        self.seconds, self._prompt, self._t0 = [], True, time.perf_counter()
+        return self
+
+    def put(self, value) -> None:
+        if self._prompt:
+            self._prompt = False
+            return
+        t = time.perf_counter() - self._t0
+        self.seconds.extend([round(t, 5)] * int(value.numel()))
+
+    def end(self) -> None:
+        pass
+
+
 def run_decoder(decoder, ids, max_new_tokens: int, temperature: float = 0.0,
                 seed: int | None = None, **generate_kwargs) -> dict:
     """One ``decoder.generate`` (single-draft or EAGLE-tree HedgeSpecDecoder), reduced.
@@ -84,10 +115,15 @@ def run_decoder(decoder, ids, max_new_tokens: int, temperature: float = 0.0,
         ``cpu_seconds`` (process time of the call), ``chosen``, ``accepted``, ``drafted`` and
         ``lengths`` (per round: drafter, drafts accepted, drafted, draft length chosen),
         ``timing`` (``{phase: seconds}`` for :data:`PHASES`), ``final_weights`` (the learner's
-        last weights, rounded to 4 digits, or ``None``) and ``tokens`` (the new token ids).
+        last weights, rounded to 4 digits, or ``None``), ``tokens`` (the new token ids) and
+        ``token_seconds`` (:class:`TokenClock`: when each arrived; absent when the caller
+        passed its own ``streamer`` or nothing was generated).
         MAT is ``new_tokens / target_calls``.
     """
+    clock = TokenClock()
+    generate_kwargs.setdefault("streamer", clock)
     cpu = time.process_time()
+    clock.start()
     out = decoder.generate(ids, max_new_tokens=max_new_tokens, temperature=temperature,
                            seed=seed, **generate_kwargs)
     cpu = time.process_time() - cpu
@@ -97,4 +133,5 @@ def run_decoder(decoder, ids, max_new_tokens: int, temperature: float = 0.0,
             "accepted": s["accepted"], "drafted": s["drafted"], "lengths": s["lengths"],
             "timing": {k: s[f"{k}_seconds"] for k in PHASES},
             "final_weights": (np.round(s["weights"][-1], 4).tolist() if s["weights"] else None),
-            "tokens": out.sequences[0, ids.shape[1]:].tolist()}
+            "tokens": out.sequences[0, ids.shape[1]:].tolist(),
+            **({"token_seconds": clock.seconds} if clock.seconds else {})}

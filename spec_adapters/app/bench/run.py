@@ -8,7 +8,9 @@ Sections (each a list of *runs*; one run = one method on one prompt, one JSONL r
               prompts: ``target`` (the target alone, ``model.generate``),
               ``hf-prompt-lookup`` (transformers' ``generate(prompt_lookup_num_tokens=K)``,
               lossless when sampling too: a draft token is kept when it equals the target's
-              sample), ``target-rows-first`` (the target alone through
+              sample), ``hf-static-compiled`` (transformers' static cache and
+              ``torch.compile``) and ``hf-static-compiled-lookup`` (its prompt lookup),
+              ``target-rows-first`` (the target alone through
               :class:`~spec_adapters.hf.target.TargetModel`, in the layout HedgeSpec
               verifies with, rows-first or transformers' own, whichever measures faster on
               the machine: how much of a speed-up is that layout and not the drafts),
@@ -61,7 +63,7 @@ from spec_adapters.app.bench.config import (
     VARIANTS,
     BenchConfig,
 )
-from spec_adapters.app.bench.measure import median_ms, run_decoder
+from spec_adapters.app.bench.measure import TokenClock, median_ms, run_decoder
 from spec_adapters.app.bench.plots import plot
 from spec_adapters.app.bench.records import Records, check_settings
 from spec_adapters.app.bench.replay import replay_fixed
@@ -124,7 +126,8 @@ class _CallCounter:
 def run_target(model, ids, max_new_tokens: int, temperature: float, seed: int,
                prompt_lookup: int | None = None, cache=None) -> dict:
     """The target alone (``model.generate``), or with transformers' prompt lookup, or (``cache``:
-    a transformers cache object, emptied first) generating into ``cache``."""
+    a transformers cache object, emptied first) generating into ``cache``; ``token_seconds``
+    from a :class:`~spec_adapters.app.bench.measure.TokenClock` streamer."""
     import torch
 
     kw = dict(max_new_tokens=max_new_tokens, attention_mask=torch.ones_like(ids))
@@ -137,20 +140,22 @@ def run_target(model, ids, max_new_tokens: int, temperature: float, seed: int,
     if prompt_lookup:
         kw["prompt_lookup_num_tokens"] = prompt_lookup
     torch.manual_seed(seed)
-    counter = _CallCounter(model)
+    counter, clock = _CallCounter(model), TokenClock()
     t = time.perf_counter()
     try:
         with torch.inference_mode():
             if cache is not None:
                 cache.reset()
-            out = model.generate(ids, **kw)
+            clock.start()
+            out = model.generate(ids, streamer=clock, **kw)
     finally:
         counter.close()
     seconds = time.perf_counter() - t
     new = int(out.shape[1] - ids.shape[1])
     calls = max(1, counter.calls - 1)  # the first call is the prefill
     return {"new_tokens": new, "target_calls": calls if prompt_lookup else new,
-            "seconds": seconds, "tokens": out[0, ids.shape[1]:].tolist()}
+            "seconds": seconds, "tokens": out[0, ids.shape[1]:].tolist(),
+            "token_seconds": clock.seconds}
 
 
 def run_target_rows_first(model, ids, max_new_tokens: int, temperature: float, seed: int,
@@ -171,14 +176,16 @@ def run_target_rows_first(model, ids, max_new_tokens: int, temperature: float, s
     t = time.perf_counter()
     target.prefill(ids[0])
     new: list[int] = []
+    arrived: list[float] = []
     none = torch.zeros(0, dtype=torch.long)
     while len(new) < max_new_tokens and not (new and new[-1] in eos):
         last = new[-1] if new else int(ids[0, -1])
         p = sampling.probs(target.verify(torch.tensor([last]), none))[0]
         nxt = int(p.argmax()) if sampling.greedy else int(torch.multinomial(p, 1, generator=gen))
         new.append(nxt)
+        arrived.append(round(time.perf_counter() - t, 5))
     return {"new_tokens": len(new), "target_calls": len(new),
-            "seconds": time.perf_counter() - t, "tokens": new,
+            "seconds": time.perf_counter() - t, "tokens": new, "token_seconds": arrived,
             "layout": ("transformers" if target.net is model else "rows-first")
             + (" compiled" if compiled else "")}
 
@@ -223,6 +230,7 @@ def _plan(cfg: BenchConfig, pool, stream: list[BenchPrompt]) -> list[tuple]:
         if cfg.fixed else []
     hf = ["hf-prompt-lookup"] if cfg.hf_lookup else []  # transformers as its users run it
     hf += ["hf-static-compiled"] if cfg.hf_static_compiled else []
+    hf += ["hf-static-compiled-lookup"] if cfg.hf_static_compiled and cfg.hf_lookup else []
     rows_first = ["target-rows-first"] if cfg.rows_first_target else []
     plan = []
     sampled = _subset(stream, cfg.sampled_queries_per_domain)
@@ -312,13 +320,15 @@ def run_bench(model, tokenizer, pool, domains: dict, cfg: BenchConfig, out_dir,
         elif method == "hf-prompt-lookup":
             rec |= run_target(model, ids, cfg.max_new_tokens, temp, seed,
                               prompt_lookup=cfg.draft_length)
-        elif method == "hf-static-compiled":
+        elif method.startswith("hf-static-compiled"):
             if static is None:
                 static = StaticCompiledTarget(
                     model, max(len(chat_ids(tokenizer, p.prompt)) for p in stream)
-                    + cfg.max_new_tokens)
+                    + cfg.max_new_tokens, lookup=cfg.draft_length if cfg.hf_lookup else None)
             rec |= run_target(static.model, ids, cfg.max_new_tokens, temp, seed,
-                              cache=static.cache)
+                              cache=static.cache,
+                              prompt_lookup=cfg.draft_length if method.endswith("lookup")
+                              else None)
         elif method == "target-rows-first":
             rec |= run_target_rows_first(model, ids, cfg.max_new_tokens, temp, seed,
                                          cfg.compile_target)

@@ -11,6 +11,11 @@ eager model. One cache of a fixed length serves every prompt (emptied before eac
 one-token decoding step has a single shape and compiles once; the prefill's length varies and
 ``torch.compile`` makes it dynamic after its first recompilation. Compilation happens here,
 in two untimed warm-up generations of different prompt lengths, never inside a measured run.
+
+transformers' prompt lookup composes with it (``generate(prompt_lookup_num_tokens=K,
+cache=...)``: the verification of up to ``K + 1`` tokens is one more dynamic shape); given
+``lookup``, two more warm-ups run it on a prompt that repeats itself, so that drafts are found
+and those shapes compiled too.
 """
 
 from __future__ import annotations
@@ -39,6 +44,8 @@ class StaticCompiledTarget:
         ``compiler(forward) -> forward``; default transformers' recipe, ``torch.compile(forward,
         mode="reduce-overhead", fullgraph=True)`` (tests pass the identity: the static cache
         and its reuse across prompts are then checked without minutes of compilation).
+    lookup : int, optional
+        Also warm up transformers' prompt lookup with ``lookup`` draft tokens.
 
     Attributes
     ----------
@@ -49,13 +56,14 @@ class StaticCompiledTarget:
     """
 
     def __init__(self, model, max_cache_len: int,
-                 compiler: Callable[[Callable], Callable] | None = None) -> None:
+                 compiler: Callable[[Callable], Callable] | None = None,
+                 lookup: int | None = None) -> None:
         import torch
         from transformers import StaticCache
 
-        if max_cache_len < 2 * WARMUP_TOKENS + 2:
-            raise ValueError(f"max_cache_len must be >= {2 * WARMUP_TOKENS + 2}, "
-                             f"got {max_cache_len}")
+        need = (3 if lookup else 2) * WARMUP_TOKENS + WARMUP_TOKENS + 1  # longest warm-up
+        if max_cache_len < need:
+            raise ValueError(f"max_cache_len must be >= {need}, got {max_cache_len}")
         self.model = copy.deepcopy(model).eval()
         compiler = compiler or (lambda f: torch.compile(f, mode="reduce-overhead",
                                                         fullgraph=True))
@@ -63,13 +71,17 @@ class StaticCompiledTarget:
         self.cache = StaticCache(config=self.model.config, max_cache_len=max_cache_len)
         t = time.perf_counter()
         vocab = self.model.config.vocab_size
+        warmups = [((torch.arange(n) % vocab).view(1, -1), {})  # two prefill shapes: dynamic
+                   for n in (WARMUP_TOKENS, 2 * WARMUP_TOKENS)]
+        if lookup:  # a prompt repeating itself: prompt lookup finds drafts to verify
+            ids = (torch.arange(3 * WARMUP_TOKENS) % WARMUP_TOKENS % vocab).view(1, -1)
+            warmups += [(ids, {"prompt_lookup_num_tokens": lookup})] * 2
         with torch.inference_mode():
-            for length in (WARMUP_TOKENS, 2 * WARMUP_TOKENS):  # two prefill shapes: dynamic
-                ids = (torch.arange(length) % vocab).view(1, -1)
+            for ids, kw in warmups:
                 self.cache.reset()
                 self.model.generate(ids, attention_mask=torch.ones_like(ids),
                                     cache=self.cache, do_sample=False,
                                     max_new_tokens=WARMUP_TOKENS, min_new_tokens=WARMUP_TOKENS,
-                                    temperature=None, top_p=None, top_k=None)
+                                    temperature=None, top_p=None, top_k=None, **kw)
         self.compile_s = time.perf_counter() - t
         log(f"transformers static cache + torch.compile: compiled in {self.compile_s:.1f} s")

@@ -20,11 +20,13 @@ LABELS = {"target": "target alone", "generalist": "generalist (n-gram, mix)",
           "normalhedge-carry": "HedgeSpec (NormalHedge, carried across the stream)",
           "oracle": "hindsight oracle", "hf-prompt-lookup": "HF prompt lookup",
           "hf-static-compiled": "HF static cache + torch.compile",
+          "hf-static-compiled-lookup": "HF static cache + torch.compile, prompt lookup",
           "target-rows-first": "target alone, our step (layout measured; compiled where set)",
           "fixed:ngram-union": "union n-gram (all domains)", "fixed:suffix": "suffix drafter",
           "fixed:prompt-lookup": "prompt lookup (ours)",
           "fixed:suffix-no-memory": "suffix drafter without the stream memory"}
 MAIN_ORDER = ("target", "hf-static-compiled", "target-rows-first", "hf-prompt-lookup",
+              "hf-static-compiled-lookup",
               "fixed:prompt-lookup", "fixed:suffix", "fixed:suffix-no-memory",
               "fixed:ngram-union", "generalist", "specialist", "router", "exp3spec", "ucbspec",
               "metasd-ucb", "normalhedge", "normalhedge-carry", "hedge", "adahedge",
@@ -41,12 +43,20 @@ def _f(x, fmt="{:.2f}"):
     return "–" if x is None else fmt.format(x)
 
 
+def _prefix(a: dict) -> str:
+    """``x (share)``: the loop-free-prefix speed-up and the share of tokens it covers."""
+    if a.get("prefix_speedup_target") is None:
+        return "–"
+    return f"{a['prefix_speedup_target']:.2f} ({a['prefix_share']:.0%})"
+
+
 def speed_tables(summary: dict, methods: Sequence[str] = MAIN_ORDER) -> list[str]:
     """Markdown lines: per temperature and scope (mixed stream, the prompts whose target output
     does not loop and those whose output does, then each domain), tokens/s, speed-ups against
     the target and HF prompt lookup, MAT, the non-target time per round and its share of the
-    verification time, the share of the outputs in repeated 5-grams and at the token cap, for
-    ``methods`` then the fixed drafters."""
+    verification time, the share of the outputs in repeated 5-grams and at the token cap, and
+    the speed-up against the target on the loop-free prefix of each output (with the share of
+    the new tokens in those prefixes), for ``methods`` then the fixed drafters."""
     lines = []
     for temp, t in summary["main"].items():
         rows = [m for m in methods if m in t] + sorted(m for m in t if m.startswith("fixed:")
@@ -58,8 +68,9 @@ def speed_tables(summary: dict, methods: Sequence[str] = MAIN_ORDER) -> list[str
             lines += [f"### Speed, temperature {temp}, {scope}"
                       + (" stream" if scope == "mixed" else " prompts") + f" ({n})", "",
                       "| method | tok/s | x target | x HF lookup | MAT | non-target ms / round "
-                      "| non-target / verify | repeated 5-grams | at cap |",
-                      "|---|---|---|---|---|---|---|---|---|"]
+                      "| non-target / verify | repeated 5-grams | at cap "
+                      "| x target, loop-free prefix (its share) |",
+                      "|---|---|---|---|---|---|---|---|---|---|"]
             for m in rows:
                 a = t[m].get(scope)
                 if a is None:
@@ -70,7 +81,8 @@ def speed_tables(summary: dict, methods: Sequence[str] = MAIN_ORDER) -> list[str
                              f"{_f(a.get('non_target_ms_per_round'), '{:.1f}')} | "
                              f"{_f(a.get('non_target_per_verify'))} | "
                              f"{_f(a.get('repeated_share'), '{:.0%}')} | "
-                             f"{_f(a.get('cap_share'), '{:.0%}')} |")
+                             f"{_f(a.get('cap_share'), '{:.0%}')} | "
+                             f"{_prefix(a)} |")
             lines.append("")
     return lines
 

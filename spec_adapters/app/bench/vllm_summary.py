@@ -13,7 +13,12 @@ import numpy as np
 
 from spec_adapters.app.bench.config import TOP_P
 from spec_adapters.app.bench.records import Records
-from spec_adapters.app.bench.repetition import LOOP_SCOPES, is_looping, repeated_share
+from spec_adapters.app.bench.repetition import (
+    LOOP_SCOPES,
+    is_looping,
+    prefix_tok_s,
+    repeated_share,
+)
 
 __all__ = ["LEARNERS", "LOAD_TARGETS", "TARGETS", "VLLM_LABELS", "VllmRecords", "label",
            "markdown", "phase_key", "plot_vllm", "repetition_panel", "summarize_vllm"]
@@ -102,7 +107,11 @@ def summarize_vllm(records: list[dict], greedy: bool = True, cap: int | None = N
         ``new_tokens``, ``steps``, ``accepted``, ``drafted``, ``seconds``, ``x_plain``,
         ``x_ngram``, ``x_suffix``, ``drafted_share``, ``steps_drafted_share``, ``overhead``,
         ``drafters``
-        (:func:`_drafting`), ``cap_share`` (requests that reached ``cap`` rather than EOS;
+        (:func:`_drafting`), ``prefix_tok_s`` / ``prefix_share`` / ``prefix_x_plain``
+        (:func:`~spec_adapters.app.bench.repetition.prefix_tok_s` over the requests: tokens/s
+        on the loop-free prefix of each output, over each request's own time in flight; the
+        share of tokens in those prefixes; its ratio to plain's; ``None`` without per-token
+        times), ``cap_share`` (requests that reached ``cap`` rather than EOS;
         ``None`` without ``cap``), ``repeated_share`` (the mean share of an output inside
         repeated 5-grams), ``loops`` (with a ``plain`` record: :data:`LOOP_SCOPES` -> the
         stats and ``x_plain`` of the requests whose plain output does not loop / loops),
@@ -125,6 +134,7 @@ def summarize_vllm(records: list[dict], greedy: bool = True, cap: int | None = N
             per[q["domain"]].append(q)
         row["domains"] = {d: _stats(qs, sum(q["seconds"] for q in qs))
                           for d, qs in sorted(per.items())}
+        row["prefix_tok_s"], row["prefix_share"] = prefix_tok_s(r["requests"])
         row["repeated_share"] = (float(np.mean([repeated_share(q["tokens"])
                                                 for q in r["requests"]]))
                                  if r["requests"] else None)
@@ -150,6 +160,8 @@ def summarize_vllm(records: list[dict], greedy: bool = True, cap: int | None = N
             base = {ref: methods.get(ref, {}).get(c) for ref in ("plain", "ngram", "suffix")}
             for ref, b in base.items():
                 row[f"x_{ref}"] = _ratio(row["tok_s"], b["tok_s"]) if b else None
+            row["prefix_x_plain"] = (_ratio(row["prefix_tok_s"], base["plain"]["prefix_tok_s"])
+                                     if base["plain"] else None)
             for key in ("domains", "loops"):
                 for d, dr in row.get(key, {}).items():
                     b = (base["plain"] or {}).get(key, {}).get(d)
@@ -214,9 +226,10 @@ def _phase(c: str) -> str:
 
 
 def markdown(summary: dict) -> str:
-    """Per phase the speed table (tok/s, x plain, x ngram, MAT, s / request, the share of
-    request-steps that drafted, the proposer's share of a step, outputs equal to plain) and
-    the per-domain speed-up table, then the targets."""
+    """Per phase the speed table (tok/s, x plain (all, by whether plain's output loops, on the
+    loop-free prefixes), x ngram, MAT, s / request, the share of request-steps that drafted,
+    the proposer's share of a step, outputs equal to plain) and the per-domain speed-up table,
+    then the targets."""
     st = summary.get("settings", {}).get("bench_vllm", {})
     k, temp = st.get("k"), st.get("temperature", 0.0)
     how = ("greedy" if not temp else f"T = {temp:g}, top-p {TOP_P}") + (
@@ -226,16 +239,19 @@ def markdown(summary: dict) -> str:
     for c in summary.get("phases", [str(c) for c in summary["concurrencies"]]):
         rows = [(m, v[c]) for m, v in summary["methods"].items() if c in v]
         lines += [f"### vLLM, {_phase(c)} ({how})", "",
-                  "| method | tok/s | x plain | x plain, not looping / looping | x ngram | MAT | "
+                  "| method | tok/s | x plain | x plain, not looping / looping | "
+                  "x plain, loop-free prefix (its share) | x ngram | MAT | "
                   "s / request | drafted steps | proposer time | repeated 5-grams | at cap | "
-                  "outputs = plain |", "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+                  "outputs = plain |", "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
         for m, r in rows:
             same = {None: "–", True: "yes"}.get(r["identical"], f"no ({len(r['mismatched'])})")
             loops = r.get("loops", {})
             split = " / ".join(f"{_f(loops[s]['x_plain'])} ({loops[s]['requests']})"
                                if s in loops else "–" for s in LOOP_SCOPES)
+            prefix = ("–" if r.get("prefix_x_plain") is None else
+                      f"{r['prefix_x_plain']:.2f} ({r['prefix_share']:.0%})")
             lines.append(f"| {label(m, k)} | {_f(r['tok_s'], '{:.1f}')} | {_f(r['x_plain'])} | "
-                         f"{split} | {_f(r['x_ngram'])} | {_f(r['mat'])} | "
+                         f"{split} | {prefix} | {_f(r['x_ngram'])} | {_f(r['mat'])} | "
                          f"{_f(r['s_per_request'], '{:.1f}')} | "
                          f"{_f(r.get('drafted_share'), '{:.0%}')} | "
                          f"{_f(r.get('overhead'), '{:.1%}')} | "

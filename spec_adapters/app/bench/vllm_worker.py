@@ -68,8 +68,8 @@ def run_requests(engine, prompts: list[dict], make_params: Callable[[], object],
     ----------
     engine
         Has ``add_request(request_id, {"prompt_token_ids": ids}, params)`` and ``step() ->``
-        finished outputs with ``request_id``, ``finished`` and ``outputs[0].token_ids`` /
-        ``.spec_decode_metrics`` (vLLM's ``LLMEngine`` with final-only outputs).
+        outputs with ``request_id``, ``finished`` and ``outputs[0].token_ids`` (all tokens so
+        far) / ``.spec_decode_metrics`` (vLLM's ``LLMEngine`` with cumulative outputs).
     prompts : list of dict
         ``{"qid", "domain", "ids"}``.
     make_params : callable
@@ -86,13 +86,14 @@ def run_requests(engine, prompts: list[dict], make_params: Callable[[], object],
     -------
     (requests, seconds)
         Per prompt, in order: ``qid``, ``domain``, ``tokens``, ``new_tokens``, ``seconds`` (added
-        to finished), ``accepted`` / ``drafted`` draft tokens (0 without speculation); and the
+        to finished), ``token_seconds`` (per new token, the time from added to the step that
+        returned it), ``accepted`` / ``drafted`` draft tokens (0 without speculation); and the
         wall time from the first request added to the last finished.
     """
     if concurrency < 1:
         raise ValueError(f"concurrency must be >= 1, got {concurrency}")
     waiting = deque(enumerate(prompts))
-    in_flight: dict[str, tuple[int, float]] = {}
+    in_flight: dict[str, tuple[int, float, list[float]]] = {}
     done: dict[int, dict] = {}
     start = clock()
     while waiting or in_flight:
@@ -103,18 +104,24 @@ def run_requests(engine, prompts: list[dict], make_params: Callable[[], object],
             i, p = waiting.popleft()
             rid = f"{tag}-{i}"
             engine.add_request(rid, {"prompt_token_ids": list(p["ids"])}, make_params())
-            in_flight[rid] = (i, clock())
+            in_flight[rid] = (i, clock(), [])
         for out in engine.step():
-            if not out.finished or out.request_id not in in_flight:
+            if out.request_id not in in_flight:
                 continue
-            i, t_add = in_flight.pop(out.request_id)
+            i, t_add, arrived = in_flight[out.request_id]
             seq = out.outputs[0]
+            new = len(seq.token_ids) - len(arrived)
+            arrived += [round(clock() - t_add, 5)] * new
+            if not out.finished:
+                continue
+            del in_flight[out.request_id]
             spec = getattr(seq, "spec_decode_metrics", None)
             accepted = (sum(j * n for j, n in enumerate(spec.histogram))
                         if spec is not None else 0)
             done[i] = {"qid": prompts[i]["qid"], "domain": prompts[i]["domain"],
                        "tokens": list(seq.token_ids), "new_tokens": len(seq.token_ids),
-                       "seconds": clock() - t_add, "accepted": int(accepted),
+                       "seconds": clock() - t_add, "token_seconds": arrived,
+                       "accepted": int(accepted),
                        "drafted": int(spec.num_draft_tokens) if spec is not None else 0}
     return [done[i] for i in range(len(prompts))], clock() - start
 
@@ -165,7 +172,7 @@ def _main(job_path: str, out_path: str) -> None:
     def params(max_tokens: int = job["max_tokens"]) -> SamplingParams:
         return SamplingParams(**sampled, max_tokens=max_tokens,
                               ignore_eos=not job["stop_at_eos"], detokenize=False,
-                              output_kind=RequestOutputKind.FINAL_ONLY)
+                              output_kind=RequestOutputKind.CUMULATIVE)
 
     first = job["prompts"][0]  # warm-up on half a prompt: its output is no request's answer
     warm = {**first, "ids": first["ids"][:max(1, len(first["ids"]) // 2)]}

@@ -180,6 +180,27 @@ def test_step_timings_add_up_to_at_most_the_total(run):
         assert sum(t.values()) <= r["seconds"], (r["method"], t, r["seconds"])
 
 
+def test_every_main_record_times_each_new_token(run):
+    """Each new token's arrival is timed: as many times as tokens, non-decreasing, within the
+    run's seconds; a decoder's tokens of one round share a time (at most one time per target
+    call); and every method of the mixed stream gets a loop-free-prefix speed-up."""
+    _, _, _, _, out, summary = run
+    for r in _records(out):
+        if r["section"] != "main" or r.get("replayed"):
+            continue
+        times = r["token_seconds"]
+        assert len(times) == r["new_tokens"] == len(r["tokens"]), r["method"]
+        # a decoder's seconds start inside generate, after its argument checks: the clock
+        # started before the call may run a little past them
+        assert times == sorted(times) and times[0] > 0 and times[-1] <= r["seconds"] + 5e-3
+        if "timing" in r:
+            assert len(set(times)) <= r["target_calls"]
+    for t in summary["main"].values():
+        for m, v in t.items():
+            assert v["mixed"]["prefix_speedup_target"] is not None, m
+            assert 0 < v["mixed"]["prefix_share"] <= 1
+
+
 def test_oracle_is_the_best_drafter_run_alone_per_query(run):
     """Independent brute force: run every pool drafter fixed, alone, outside the benchmark;
     the per-query oracle's MAT is the best of those MATs (tokens / rounds)."""
@@ -277,7 +298,7 @@ def test_median_ms_times_only_fn_after_the_warmup(monkeypatch):
 def test_run_decoder_keeps_what_the_tables_need():
     from types import SimpleNamespace
 
-    from spec_adapters.app.bench.measure import PHASES, run_decoder
+    from spec_adapters.app.bench.measure import PHASES, TokenClock, run_decoder
 
     stats = {"new_tokens": 5, "target_calls": 2, "total_seconds": 0.5, "chosen": [1, 0],
              "accepted": [2, 1], "drafted": [4, 2], "lengths": [4, 3],
@@ -291,7 +312,9 @@ def test_run_decoder_keeps_what_the_tables_need():
             return SimpleNamespace(sequences=torch.tensor([[7, 8, 1, 2, 3, 4, 5]]), stats=stats)
 
     r = run_decoder(Fake(), torch.tensor([[7, 8]]), 5, 0.7, seed=3, eos_token_id=[])
+    assert isinstance(seen.pop("streamer"), TokenClock)  # never put to: no token_seconds
     assert seen == {"max_new_tokens": 5, "temperature": 0.7, "seed": 3, "eos_token_id": []}
+    assert "token_seconds" not in r
     assert r["tokens"] == [1, 2, 3, 4, 5] and r["seconds"] == 0.5
     assert (r["new_tokens"], r["target_calls"], r["chosen"], r["accepted"]) == (5, 2, [1, 0],
                                                                              [2, 1])
@@ -394,8 +417,8 @@ def test_speed_table_numbers_by_hand():
     assert t["target"]["mixed"]["repeated_share"] == pytest.approx(0.3 / 2)
     assert t["target"]["mixed"]["cap_share"] == 1.0 and m["mixed"]["repeated_share"] is None
     md = "\n".join(speed_tables({"main": {"0.0": t}}))
-    assert "| MetaSD-UCB | 15.0 | 2.00 | 1.50 | 3.00 | 64.0 | 0.71 | – | 100% |" in md
-    assert "| target alone | 7.5 | 1.00 | 0.75 | 1.00 | – | – | 15% | 100% |" in md
+    assert "| MetaSD-UCB | 15.0 | 2.00 | 1.50 | 3.00 | 64.0 | 0.71 | – | 100% | – |" in md
+    assert "| target alone | 7.5 | 1.00 | 0.75 | 1.00 | – | – | 15% | 100% | – |" in md
     assert "### Speed, temperature 0.0, b prompts (1)" in md
     assert "### Speed, temperature 0.0, looping prompts (1)" in md
     assert md.index("looping prompts") < md.index("a prompts")

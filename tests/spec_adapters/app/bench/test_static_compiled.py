@@ -25,6 +25,23 @@ def test_the_static_cache_reused_across_prompts_gives_generates_greedy_output(ti
         assert got["new_tokens"] == want["new_tokens"] == 20
 
 
+def test_prompt_lookup_on_the_static_cache_gives_generates_greedy_output(tiny_llama):
+    """transformers' prompt lookup composes with the static cache (warmed up for it): greedy
+    output equal to plain ``generate``'s, each new token timed."""
+    torch.set_num_threads(1)
+    model = tiny_llama(vocab_size=96, seed=3)
+    static = StaticCompiledTarget(model, max_cache_len=64, compiler=lambda f: f, lookup=3)
+    for prompt in ([5, 9, 14, 5, 9, 14, 5, 9], list(range(10, 30)) * 2):
+        ids = torch.tensor([prompt])
+        want = run_target(model, ids, 16, 0.0, seed=0)
+        got = run_target(static.model, ids, 16, 0.0, seed=0, cache=static.cache,
+                         prompt_lookup=3)
+        assert got["tokens"] == want["tokens"] and len(got["token_seconds"]) == 16
+
+
 def test_a_cache_too_short_for_the_warm_up_is_refused(tiny_llama):
     with pytest.raises(ValueError, match="max_cache_len"):
         StaticCompiledTarget(tiny_llama(vocab_size=96), max_cache_len=3, compiler=lambda f: f)
+    with pytest.raises(ValueError, match="max_cache_len must be >= 17"):
+        StaticCompiledTarget(tiny_llama(vocab_size=96), max_cache_len=16, compiler=lambda f: f,
+                             lookup=3)

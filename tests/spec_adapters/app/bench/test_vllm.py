@@ -55,6 +55,23 @@ def _records():
     return recs
 
 
+def test_the_loop_free_prefix_speed_up_uses_each_requests_token_times():
+    """Plain's looping output (prefix 7 of 12 tokens) takes 0.1 s a token; HedgeSpec's the
+    same tokens four at a time, 0.1 s a round: prefix 7 / 0.2 s against 7 / 0.7 s."""
+    loop = [1, 2, 3] * 4
+    recs = [{"method": m, "concurrency": 1, "seconds": 1.2,
+             "requests": [{**_req("code/0", "code", loop, 1.2),
+                           "token_seconds": times}]}
+            for m, times in (("plain", [0.1 * (i + 1) for i in range(12)]),
+                             ("hedgespec", [0.1 * (i // 4 + 1) for i in range(12)]))]
+    s = summarize_vllm(recs)
+    h = s["methods"]["hedgespec"]["1"]
+    assert h["prefix_tok_s"] == pytest.approx(7 / 0.2) and h["prefix_share"] == 7 / 12
+    assert h["prefix_x_plain"] == pytest.approx(0.7 / 0.2)
+    assert "| 3.50 (58%) |" in markdown(s)
+    assert summarize_vllm(_records())["methods"]["hedgespec"]["1"]["prefix_x_plain"] is None
+
+
 def test_aggregate_pools_tokens_steps_and_time_as_written_out_by_hand():
     s = summarize_vllm(_records())
     assert s["concurrencies"] == [1, 4]
@@ -205,14 +222,16 @@ def test_markdown_and_plot_show_every_method_and_concurrency(tmp_path):
 
 
 class FakeEngine:
-    """An engine that finishes a request ``len(ids) % 3 + 1`` steps after it is added, and
-    records at each step how many requests were in flight and how many had finished before."""
+    """An engine that finishes a request ``len(ids) % 3 + 1`` steps after it is added (its
+    output, the prompt reversed, grows by one token a step before the last, which returns the
+    rest), and records at each step how many requests were in flight and how many had
+    finished before."""
 
     def __init__(self):
         self.live, self.in_flight, self.finished_before, self.finished = {}, [], [], 0
 
     def add_request(self, rid, prompt, params):
-        self.live[rid] = [len(prompt["prompt_token_ids"]) % 3 + 1, prompt["prompt_token_ids"]]
+        self.live[rid] = [len(prompt["prompt_token_ids"]) % 3 + 1, prompt["prompt_token_ids"], 0]
 
     def step(self):
         self.in_flight.append(len(self.live))
@@ -220,7 +239,11 @@ class FakeEngine:
         out = []
         for rid in list(self.live):
             self.live[rid][0] -= 1
-            if self.live[rid][0] == 0:
+            self.live[rid][2] += 1
+            if self.live[rid][0] > 0:
+                seq = SimpleNamespace(token_ids=self.live[rid][1][::-1][:self.live[rid][2]])
+                out.append(SimpleNamespace(request_id=rid, finished=False, outputs=[seq]))
+            else:
                 ids = self.live.pop(rid)[1]
                 self.finished += 1
                 seq = SimpleNamespace(token_ids=ids[::-1], spec_decode_metrics=SimpleNamespace(
@@ -237,6 +260,11 @@ def test_run_requests_keeps_c_requests_in_flight_and_returns_them_in_prompt_orde
                                 clock=lambda: float(next(ticks)))
     assert [r["qid"] for r in reqs] == [p["qid"] for p in prompts]
     assert [r["tokens"] for r in reqs] == [p["ids"][::-1] for p in prompts]
+    for r, p in zip(reqs, prompts, strict=True):  # one token a step, the rest at the last
+        steps = len(p["ids"]) % 3 + 1
+        times = r["token_seconds"]
+        assert len(times) == len(r["tokens"]) and times == sorted(times) and times[0] > 0
+        assert len(set(times)) == min(steps, len(r["tokens"]))
     assert all(r["accepted"] == 2 * 1 + 3 * 1 and r["drafted"] == 9 for r in reqs)
     # a slot is refilled as soon as it frees: min(c, requests not yet finished) in flight
     assert engine.in_flight == [min(3, 7 - f) for f in engine.finished_before]
