@@ -129,8 +129,8 @@ PRESETS: dict[str, BenchConfig] = {
                          policies=("normalhedge-cost", "normalhedge", "exp3spec", "ucbspec",
                                    "metasd-ucb"), fixed=False, variant_queries_per_domain=0,
                          router_accuracy_prompts=0, pool_sizes=(), overhead=False),
-    # "The round without waste" (docs/benchmark.md "Speed"): 5 prompts per domain, 256 tokens,
-    # greedy and 0.7; the target (transformers, and ours in the layout HedgeSpec uses,
+    # "The round without waste" (docs/benchmark-history.md "Speed"): 5 prompts per domain,
+    # 256 tokens, greedy and 0.7; the target (transformers, and ours in the layout HedgeSpec uses,
     # compiled), HF prompt lookup, HedgeSpec cost-aware and MAT-only, the bandits (greedy),
     # every fixed drafter's MAT by replay
     "round": BenchConfig(queries_per_domain=5, sampled_queries_per_domain=5, max_new_tokens=256,
@@ -150,8 +150,8 @@ PRESETS: dict[str, BenchConfig] = {
                             rows_first_target=True, compile_target=True, fixed=False,
                             sampled_fixed=False, variant_queries_per_domain=0,
                             router_accuracy_prompts=0, pool_sizes=(), overhead=False),
-    # the specialists' benchmark (docs/benchmark.md "Specialists"): 5 prompts per domain, 256
-    # tokens; every drafter's MAT by replay; HedgeSpec reset per query and carried across the
+    # the specialists' benchmark (docs/benchmark-history.md "Specialists"): 5 prompts per domain,
+    # 256 tokens; every drafter's MAT by replay; HedgeSpec reset per query and carried across the
     # stream, cost-aware, greedy; the target and HedgeSpec at 0.7 on 2 prompts per domain
     "specialists": BenchConfig(queries_per_domain=5, sampled_queries_per_domain=2,
                                max_new_tokens=256, policies=("normalhedge", "normalhedge-carry",

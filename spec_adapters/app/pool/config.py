@@ -32,7 +32,7 @@ class PoolConfig:
         vLLM proposer finds the pool's entries by, :mod:`spec_adapters.vllm.pool_settings`).
     eagle : TrainConfig or None
         How each EAGLE head (one per domain and a generalist) is trained; ``None`` builds no
-        heads (see docs/benchmark.md for why the demo has none on a 2-core CPU).
+        heads (docs/benchmark-history.md, "EAGLE heads": why the demo has none on 2 CPU cores).
     extra_shards : int
         Shard-trained extra n-gram drafters per domain (pool-size sweep, Fig. 5b); 0 = none.
     answers_dir : str, optional
