@@ -322,9 +322,10 @@ def run_bench(model, tokenizer, pool, domains: dict, cfg: BenchConfig, out_dir,
                               prompt_lookup=cfg.draft_length)
         elif method.startswith("hf-static-compiled"):
             if static is None:
-                static = StaticCompiledTarget(
+                static = StaticCompiledTarget(  # room for prompt lookup's last drafts too
                     model, max(len(chat_ids(tokenizer, p.prompt)) for p in stream)
-                    + cfg.max_new_tokens, lookup=cfg.draft_length if cfg.hf_lookup else None)
+                    + cfg.max_new_tokens + cfg.draft_length + 1,
+                    lookup=cfg.draft_length if cfg.hf_lookup else None)
             rec |= run_target(static.model, ids, cfg.max_new_tokens, temp, seed,
                               cache=static.cache,
                               prompt_lookup=cfg.draft_length if method.endswith("lookup")
