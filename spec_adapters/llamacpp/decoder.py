@@ -279,15 +279,19 @@ class LlamaCppDecoder:
 
 
 def plain_generate(target: GGUFTarget, prompt: Sequence[int], max_new_tokens: int = 128,
-                   stop_at_eog: bool = True) -> list[int]:
+                   stop_at_eog: bool = True,
+                   on_token: Callable[[int], None] | None = None) -> list[int]:
     """llama.cpp greedy decoding, one token per ``llama_decode`` with the last row's logits
-    only: the baseline, and the output HedgeSpec's greedy output must equal."""
+    only: the baseline, and the output HedgeSpec's greedy output must equal. ``on_token`` is
+    called with each new token as soon as it is known."""
     seq = [int(t) for t in prompt]
     limit = min(len(seq) + max_new_tokens, target.n_ctx)
     logits = target.prefill(seq)
     while len(seq) < limit:
         nxt = int(logits.argmax())
         seq.append(nxt)
+        if on_token is not None:
+            on_token(nxt)
         if (stop_at_eog and target.is_eog(nxt)) or len(seq) >= limit:
             break
         logits = target.step([nxt])[0]

@@ -25,13 +25,15 @@ prompt. Methods (:data:`METHODS`):
                 allowed), learning across the cell's stream (its suffix memory too), fresh per
                 cell.
 
-Per cell and method: tokens/s (all new tokens / all seconds), the speed-up over ``plain``,
-MAT where known, the share of generated tokens inside repeats (a 5-gram seen earlier in the
-same output) and of outputs that hit the token cap, per domain the speed-up; HedgeSpec's
-share of time outside ``llama_decode``; greedy, per method, the prompts whose output equals
-``plain``'s and, for each that does not, where it diverges and how many cache cells were
-filled there (past 256 cells llama.cpp's one-row attention splits the cache across threads,
-so a row decoded alone and the same row in a batch differ in the last bits: docs/benchmark.md).
+Per cell and method: tokens/s (all new tokens / all seconds), the speed-up over ``plain`` (also
+on the loop-free prefix of each output, for the methods our loops time token by token:
+``plain`` and ``hedgespec``), MAT where known, the share of generated tokens inside repeats (a
+5-gram seen earlier in the same output) and of outputs that hit the token cap, per domain the
+speed-up; HedgeSpec's share of time outside ``llama_decode``; greedy, per method, the prompts
+whose output equals ``plain``'s and, for each that does not, where it diverges and how many
+cache cells were filled there (past 256 cells llama.cpp's one-row attention splits the cache
+across threads, so a row decoded alone and the same row in a batch differ in the last bits:
+docs/benchmark.md).
 
 A cell is appended to ``<out>/records.jsonl`` when it finishes; a re-run with the same
 settings skips finished cells (resumable), one with other settings is refused. Written:
@@ -54,7 +56,12 @@ import numpy as np
 
 from spec_adapters.app.bench.plots import plot_speedup_vs_repetition
 from spec_adapters.app.bench.records import Records, check_settings
-from spec_adapters.app.bench.repetition import REPEAT_THRESHOLD, is_looping, repeated_share
+from spec_adapters.app.bench.repetition import (
+    REPEAT_THRESHOLD,
+    is_looping,
+    prefix_tok_s,
+    repeated_share,
+)
 
 __all__ = ["CELL_CAP", "CPP_TOOLS", "METHODS", "LlamaCppBenchConfig", "cpp_generate",
            "repetition_panels", "run_llamacpp_bench", "summarize_cell",
@@ -254,26 +261,35 @@ class _Methods:
         self.no_draft = LlamaCppDecoder(target, [_NoDraft()], cfg.draft_length)
 
     def run(self, method: str, ids: list[int], text: str, seed: int) -> dict:
+        """One prompt's output; our loops (plain, hedgespec) also time each new token's
+        arrival (``token_seconds``, a round's tokens at the round's end)."""
         from spec_adapters.llamacpp import plain_generate
 
         cfg, n, temp = self.cfg, self.n, self.temp
+        arrived: list[float] = []
         t0 = time.perf_counter()
+
+        def note(count: int) -> None:
+            arrived.extend([round(time.perf_counter() - t0, 5)] * count)
+
         if method == "plain" and temp == 0:
-            toks = plain_generate(self.target, ids, n)
+            toks = plain_generate(self.target, ids, n, on_token=lambda _t: note(1))
         elif method == "plain":
-            toks = self.no_draft.generate(ids, n, temperature=temp, top_p=cfg.top_p,
-                                          seed=seed).tokens
+            toks = self.no_draft.generate(ids, n, temperature=temp, top_p=cfg.top_p, seed=seed,
+                                          on_round=lambda info: note(len(info.tokens))).tokens
         elif method == "hedgespec":
-            r = self.hedgespec.generate(ids, n, temperature=temp, top_p=cfg.top_p, seed=seed)
+            r = self.hedgespec.generate(ids, n, temperature=temp, top_p=cfg.top_p, seed=seed,
+                                        on_round=lambda info: note(len(info.tokens)))
             return {"tokens": r.tokens, "seconds": time.perf_counter() - t0,
-                    "calls": r.stats["target_calls"],
+                    "calls": r.stats["target_calls"], "token_seconds": arrived,
                     "non_target_share": r.stats["non_target_share"]}
         elif method in CPP_TOOLS:
             return cpp_generate(method, self.cpp_bin, self.gguf, text, n, temp, cfg.top_p,
                                 cfg.draft_length, cfg.threads, cfg.n_ctx, seed)
         else:
             toks = _lcp_generate(self.llms[method], ids, n, temp, cfg.top_p, seed)
-        return {"tokens": toks, "seconds": time.perf_counter() - t0}
+        return {"tokens": toks, "seconds": time.perf_counter() - t0,
+                **({"token_seconds": arrived} if arrived else {})}
 
 
 def _llama_cpp_python(gguf: Path, cfg: LlamaCppBenchConfig) -> dict:
@@ -316,6 +332,7 @@ def summarize_cell(cell: dict, methods: Sequence[str]) -> dict:
         return sum(_new_tokens(r[m]) for r in rs) / sum(r[m]["seconds"] for r in rs)
 
     base = speed("plain")
+    base_prefix, out["plain_prefix_share"] = prefix_tok_s([r["plain"] for r in rows])
     domains = sorted({r["domain"] for r in rows})
     looping = {r["qid"]: is_looping(r["plain"]["tokens"]) for r in rows}
     out["looping_prompts"] = sum(looping.values())
@@ -335,6 +352,9 @@ def summarize_cell(cell: dict, methods: Sequence[str]) -> dict:
                         / speed("plain", lambda r, want=want: looping[r["qid"]] == want))
                  if any(looping[r["qid"]] == want for r in rows) else None
                  for part, want in (("below", False), ("above", True))}}
+        prefix = prefix_tok_s(rs)[0]
+        v["x_plain_loop_free_prefix"] = (prefix / base_prefix if prefix and base_prefix
+                                         else None)
         if m == "hedgespec":
             v["non_target_share"] = float(np.mean([r["non_target_share"] for r in rs]))
         if all("prompt_tokens" in r for r in rs):  # llama-lookup tokenizes the prompt itself
@@ -407,14 +427,21 @@ def tables_llamacpp(summary: dict) -> str:
                   f"T = {cell['temperature']}" + (" (top-p 0.9)" if cell["temperature"] else ""),
                   "", "| method | tok/s | x plain | x plain, prompts not looping / looping "
                   f"({cell['prompts'] - cell['looping_prompts']} / {cell['looping_prompts']}) "
-                  "| MAT | repeated 5-grams | hit the cap |", "|---|---|---|---|---|---|---|"]
+                  "| x plain, loop-free prefix | MAT | repeated 5-grams | hit the cap |",
+                  "|---|---|---|---|---|---|---|---|"]
         for m, v in cell["methods"].items():
             mat = "–" if v["mat"] is None else f"{v['mat']:.2f}"
             rep = "–" if np.isnan(v["repeated_share"]) else f"{v['repeated_share']:.0%}"
             split = " / ".join("–" if x is None else f"{x:.2f}x"
                                for x in v["x_plain_by_repetition"].values())
-            lines.append(f"| {m} | {v['tok_s']:.1f} | {v['x_plain']:.2f}x | {split} | {mat} | "
-                         f"{rep} | {v['cap_share']:.0%} |")
+            prefix = v.get("x_plain_loop_free_prefix")
+            prefix = "–" if prefix is None else f"{prefix:.2f}x"
+            lines.append(f"| {m} | {v['tok_s']:.1f} | {v['x_plain']:.2f}x | {split} | {prefix} "
+                         f"| {mat} | {rep} | {v['cap_share']:.0%} |")
+        if cell.get("plain_prefix_share") is not None:
+            lines.append(f"\nThe loop-free prefixes (tokens before the first repeated 5-gram) "
+                         f"hold {cell['plain_prefix_share']:.0%} of plain's new tokens; methods "
+                         "timed outside our loops have no per-token times (–).")
         if "hedgespec" in cell["methods"]:
             lines.append(f"\nHedgeSpec's time outside llama_decode: "
                          f"{cell['methods']['hedgespec']['non_target_share']:.1%}")

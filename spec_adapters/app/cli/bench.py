@@ -163,11 +163,12 @@ def _bench_llamacpp(args: argparse.Namespace) -> int:
     except ValueError as err:
         raise UserError(str(err)) from None
     model, tok, domains = target_and_domains(args)
+    requests = workload_of(args, domains)  # refused before the pool is built
     load_pool(model, tok, args.cache_dir, pool_config(args), domains=domains)  # built once
     folder = Path(args.cache_dir) / "pool" / loaded_target_id(model, tok)
     prompts = [(q.qid, q.domain, chat_ids(tok, q.prompt).tolist())
-               for q in mixed_stream(domains, cfg.queries_per_domain, cfg.seed)]
-    out = Path(args.out or "results/bench-llamacpp")
+               for q in mixed_stream(requests, cfg.queries_per_domain, cfg.seed)]
+    out = Path(args.out or "results/bench-llamacpp" + workload_suffix(args))
     try:
         summary = run_llamacpp_bench(Path(args.gguf or find_default_gguf()), prompts,
                                      lambda vocab: point_pool(folder, vocab), cfg, out, cpp_bin)

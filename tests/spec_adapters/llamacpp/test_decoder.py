@@ -126,8 +126,9 @@ def test_rounds_without_a_draft_are_plain_steps(target):
 
 def test_the_context_limit_ends_generation_exactly_where_plain_does(target):
     prompt = [10 + j % 200 for j in range(target.n_ctx - 16)]  # 16 positions left
-    want = plain_generate(target, prompt, 50, stop_at_eog=False)
-    assert len(prompt) + len(want) == target.n_ctx
+    seen: list[int] = []
+    want = plain_generate(target, prompt, 50, stop_at_eog=False, on_token=seen.append)
+    assert len(prompt) + len(want) == target.n_ctx and seen == want  # each token told
     got = LlamaCppDecoder(target, [PromptLookup(1), PromptLookup(2)]).generate(
         prompt, 50, stop_at_eog=False)
     assert got.tokens == want

@@ -49,6 +49,11 @@ def test_a_run_reports_every_cell_resumes_and_refuses_other_settings(model, tmp_
     assert greedy["plain"]["cap_share"] == 1.0 and greedy["plain"]["x_plain"] == 1.0
     assert set(greedy["hedgespec"]["per_domain_x_plain"]) == {"a", "b"}
     assert 0 <= greedy["hedgespec"]["non_target_share"] < 1
+    for cell in summary["cells"].values():  # our loops time each token: a prefix speed-up
+        assert cell["methods"]["hedgespec"]["x_plain_loop_free_prefix"] > 0
+        assert cell["methods"]["plain"]["x_plain_loop_free_prefix"] == pytest.approx(1.0)
+        assert 0 < cell["plain_prefix_share"] <= 1
+    assert greedy["lcp-plain"]["x_plain_loop_free_prefix"] is None  # not timed per token
     assert "equal_to_plain" not in summary["cells"]["n12-t0.7"]["methods"]["hedgespec"]
     assert (tmp_path / "tables.md").read_text().count("| hedgespec |") == 2
     assert (tmp_path / "speedup_vs_repetition.png").stat().st_size > 0

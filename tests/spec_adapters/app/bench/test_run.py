@@ -201,6 +201,28 @@ def test_every_main_record_times_each_new_token(run):
             assert 0 < v["mixed"]["prefix_share"] <= 1
 
 
+def test_the_static_cache_baselines_run_every_prompt_with_prompt_lookup(run, tmp_path,
+                                                                        monkeypatch):
+    """transformers' static cache (compiled: here the identity) and its prompt lookup run on
+    every prompt of the stream, greedy and sampled, one cache for all; greedy output equal to
+    ``generate``'s."""
+    import spec_adapters.app.bench.run as bench_run
+    from spec_adapters.app.bench.static_compiled import StaticCompiledTarget
+
+    model, tok, pool, domains, _, _ = run
+    monkeypatch.setattr(bench_run, "StaticCompiledTarget", lambda m, n, lookup=None:
+                        StaticCompiledTarget(m, n, compiler=lambda f: f, lookup=lookup))
+    cfg = BenchConfig(queries_per_domain=2, sampled_queries_per_domain=1, max_new_tokens=12,
+                      draft_length=4, policies=(), sampled_policies=(), hf_lookup=True,
+                      hf_static_compiled=True, fixed=False, variant_queries_per_domain=0,
+                      router_accuracy_prompts=0, pool_sizes=(), overhead=False)
+    summary = run_bench(model, tok, pool, domains, cfg, tmp_path, progress=False)
+    n = 2 * len(DOMS)
+    same = summary["greedy_identical"]
+    assert same["hf-static-compiled"] == same["hf-static-compiled-lookup"] == [n, n]
+    assert summary["main"]["0.7"]["hf-static-compiled-lookup"]["mixed"]["queries"] == len(DOMS)
+
+
 def test_oracle_is_the_best_drafter_run_alone_per_query(run):
     """Independent brute force: run every pool drafter fixed, alone, outside the benchmark;
     the per-query oracle's MAT is the best of those MATs (tokens / rounds)."""

@@ -14,9 +14,15 @@ from spec_adapters.app.bench.static_compiled import StaticCompiledTarget
 def test_the_static_cache_reused_across_prompts_gives_generates_greedy_output(tiny_llama):
     torch.set_num_threads(1)
     model = tiny_llama(vocab_size=96, seed=3)
-    static = StaticCompiledTarget(model, max_cache_len=64, compiler=lambda f: f)
+    compiled = []
+    static = StaticCompiledTarget(model, max_cache_len=64,
+                                  compiler=lambda f: compiled.append(f) or f)
     assert static.model is not model  # the other baselines keep the eager target
-    assert static.model.forward.__func__ is model.forward.__func__
+    # what is compiled has a code object of its own: its graphs and recompile limit are not
+    # shared with other compiled uses of the model class (HedgeSpec's compiled step)
+    assert compiled == [static.model.forward]
+    assert compiled[0].__code__ is not type(model).forward.__code__
+    assert compiled[0].__code__ is not model.forward.__code__
     for prompt in ([5, 9, 14, 3, 7, 7, 21], [40, 2, 3], list(range(10, 40))):  # long, short, long
         ids = torch.tensor([prompt])
         want = run_target(model, ids, 20, 0.0, seed=0)

@@ -37,8 +37,11 @@ def test_distill_prints_what_it_made_and_a_pool_of_other_settings_says_what_is_m
     assert rc == 2 and "hold 6 tokens per domain, the pool asks for 99" in err
 
 
-def test_a_workload_the_domains_cannot_build_is_refused_before_any_pool_work(tiny, capsys):
-    rc = main(["bench", *_args(tiny, "--domains", "code,math", "--workload", "copy-edit")])
+@pytest.mark.parametrize("engine", ["transformers", "llamacpp"])
+def test_a_workload_the_domains_cannot_build_is_refused_before_any_pool_work(tiny, capsys,
+                                                                             engine):
+    rc = main(["bench", *_args(tiny, "--domains", "code,math", "--workload", "copy-edit",
+                               "--engine", engine)])
     err = capsys.readouterr().err
     assert rc == 2 and "the copy-edit workload needs the news domain(s)" in err
 
