@@ -238,12 +238,16 @@ def test_bad_inputs_name_the_problem(target, tmp_path):
 
 def test_a_finished_request_teaches_the_suffix_drafter(target):
     """The suffix drafter's memory holds finished requests: the same prompt again is drafted
-    from the first answer (fewer target calls, the same output)."""
+    from the first answer (its counterfactual acceptance, scored every round whatever draft
+    length the cost-aware learner plays, rises to nearly all K; the same output). Not the
+    target calls: under a loaded machine the learner may measure drafting as not paying."""
     dec = LlamaCppDecoder(target, [SuffixDraft(max_tokens=1000)], draft_length=4)
     first = dec.generate(PROMPTS[2], 24, stop_at_eog=False)
     again = dec.generate(PROMPTS[2], 24, stop_at_eog=False)
     assert again.tokens == first.tokens
-    assert again.stats["target_calls"] < first.stats["target_calls"]
+    (before,), (after,) = first.stats["counterfactual_accepted"], again.stats[
+        "counterfactual_accepted"]
+    assert after > before and after >= 3.0, (before, after)
 
 
 def test_each_drafters_counterfactual_acceptance_is_reported_whether_chosen_or_not(target):
