@@ -54,6 +54,7 @@ from pathlib import Path
 
 import numpy as np
 
+from spec_adapters.app.bench.measure import TokenClock
 from spec_adapters.app.bench.plots import plot_speedup_vs_repetition
 from spec_adapters.app.bench.records import Records, check_settings
 from spec_adapters.app.bench.repetition import (
@@ -266,22 +267,23 @@ class _Methods:
         from spec_adapters.llamacpp import plain_generate
 
         cfg, n, temp = self.cfg, self.n, self.temp
-        arrived: list[float] = []
+        clock = TokenClock()
         t0 = time.perf_counter()
+        clock.start()
 
-        def note(count: int) -> None:
-            arrived.extend([round(time.perf_counter() - t0, 5)] * count)
+        def on_round(info) -> None:
+            clock.tick(len(info.tokens))
 
         if method == "plain" and temp == 0:
-            toks = plain_generate(self.target, ids, n, on_token=lambda _t: note(1))
+            toks = plain_generate(self.target, ids, n, on_token=lambda _t: clock.tick())
         elif method == "plain":
             toks = self.no_draft.generate(ids, n, temperature=temp, top_p=cfg.top_p, seed=seed,
-                                          on_round=lambda info: note(len(info.tokens))).tokens
+                                          on_round=on_round).tokens
         elif method == "hedgespec":
             r = self.hedgespec.generate(ids, n, temperature=temp, top_p=cfg.top_p, seed=seed,
-                                        on_round=lambda info: note(len(info.tokens)))
+                                        on_round=on_round)
             return {"tokens": r.tokens, "seconds": time.perf_counter() - t0,
-                    "calls": r.stats["target_calls"], "token_seconds": arrived,
+                    "calls": r.stats["target_calls"], "token_seconds": clock.seconds,
                     "non_target_share": r.stats["non_target_share"]}
         elif method in CPP_TOOLS:
             return cpp_generate(method, self.cpp_bin, self.gguf, text, n, temp, cfg.top_p,
@@ -289,7 +291,7 @@ class _Methods:
         else:
             toks = _lcp_generate(self.llms[method], ids, n, temp, cfg.top_p, seed)
         return {"tokens": toks, "seconds": time.perf_counter() - t0,
-                **({"token_seconds": arrived} if arrived else {})}
+                **({"token_seconds": clock.seconds} if clock.seconds else {})}
 
 
 def _llama_cpp_python(gguf: Path, cfg: LlamaCppBenchConfig) -> dict:

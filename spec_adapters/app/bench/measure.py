@@ -87,8 +87,11 @@ class TokenClock:
         if self._prompt:
             self._prompt = False
             return
-        t = time.perf_counter() - self._t0
-        self.seconds.extend([round(t, 5)] * int(value.numel()))
+        self.tick(int(value.numel()))
+
+    def tick(self, count: int = 1) -> None:
+        """``count`` new tokens arrived now (for loops that are not streamers)."""
+        self.seconds.extend([round(time.perf_counter() - self._t0, 5)] * count)
 
     def end(self) -> None:
         pass

@@ -9,7 +9,7 @@ on the loop-free prefix of every output (:func:`loop_free_length`, :func:`prefix
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 
 __all__ = ["LOOP_SCOPES", "REPEAT_THRESHOLD", "is_looping", "loop_free_length", "prefix_tok_s",
            "repeated_share"]
@@ -19,14 +19,19 @@ REPEAT_THRESHOLD = 0.2  # plain's output this share inside repeated 5-grams or m
 LOOP_SCOPES = ("not looping", "looping")
 
 
-def repeated_share(tokens: Sequence[int], n: int = 5) -> float:
-    """Share of ``tokens`` whose ``n``-gram (ending at them) occurred earlier in ``tokens``."""
-    seen, hits = set(), 0
+def _repeated(tokens: Sequence[int], n: int) -> Iterator[bool]:
+    """For each token from the ``n``-th on, whether its ``n``-gram (ending at it) occurred
+    earlier in ``tokens``."""
+    seen = set()
     for j in range(n - 1, len(tokens)):
         gram = tuple(tokens[j - n + 1:j + 1])
-        hits += gram in seen
+        yield gram in seen
         seen.add(gram)
-    return hits / len(tokens) if tokens else 0.0
+
+
+def repeated_share(tokens: Sequence[int], n: int = 5) -> float:
+    """Share of ``tokens`` whose ``n``-gram (ending at them) occurred earlier in ``tokens``."""
+    return sum(_repeated(tokens, n)) / len(tokens) if tokens else 0.0
 
 
 def is_looping(tokens: Sequence[int]) -> bool:
@@ -37,13 +42,7 @@ def is_looping(tokens: Sequence[int]) -> bool:
 def loop_free_length(tokens: Sequence[int], n: int = 5) -> int:
     """Length of the loop-free prefix of ``tokens``: the tokens before the first one whose
     ``n``-gram (ending at it) occurred earlier in ``tokens`` (all of them if none does)."""
-    seen = set()
-    for j in range(n - 1, len(tokens)):
-        gram = tuple(tokens[j - n + 1:j + 1])
-        if gram in seen:
-            return j
-        seen.add(gram)
-    return len(tokens)
+    return next((j + n - 1 for j, hit in enumerate(_repeated(tokens, n)) if hit), len(tokens))
 
 
 def prefix_tok_s(rows: Sequence[dict]) -> tuple[float | None, float | None]:

@@ -173,19 +173,19 @@ def run_target_rows_first(model, ids, max_new_tokens: int, temperature: float, s
     target, sampling = TargetModel(model, compiled=compiled), SamplingConfig(temperature)
     eos = check_eos(model.generation_config.eos_token_id, target.vocab_size)
     gen = torch.Generator().manual_seed(seed)
-    t = time.perf_counter()
+    t, clock = time.perf_counter(), TokenClock()
+    clock.start()
     target.prefill(ids[0])
     new: list[int] = []
-    arrived: list[float] = []
     none = torch.zeros(0, dtype=torch.long)
     while len(new) < max_new_tokens and not (new and new[-1] in eos):
         last = new[-1] if new else int(ids[0, -1])
         p = sampling.probs(target.verify(torch.tensor([last]), none))[0]
         nxt = int(p.argmax()) if sampling.greedy else int(torch.multinomial(p, 1, generator=gen))
         new.append(nxt)
-        arrived.append(round(time.perf_counter() - t, 5))
+        clock.tick()
     return {"new_tokens": len(new), "target_calls": len(new),
-            "seconds": time.perf_counter() - t, "tokens": new, "token_seconds": arrived,
+            "seconds": time.perf_counter() - t, "tokens": new, "token_seconds": clock.seconds,
             "layout": ("transformers" if target.net is model else "rows-first")
             + (" compiled" if compiled else "")}
 
