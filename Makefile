@@ -11,7 +11,7 @@ BIN_VLLM   := $(VENV_VLLM)/bin
 STAMP_VLLM := $(VENV_VLLM)/.installed
 VLLM_ENV   := LD_PRELOAD=$(CURDIR)/$(VENV_VLLM)/lib/libiomp5.so VLLM_CPU_KVCACHE_SPACE=1
 
-.PHONY: demo test test-vllm lint bench proofs clean llama-cpp-tools vllm-suffix
+.PHONY: demo test test-vllm lint bench proofs clean llama-cpp-tools vllm-suffix heads
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -86,6 +86,28 @@ vllm-suffix: $(STAMP_VLLM)
 
 bench: $(STAMP)
 	$(BIN)/python -m onlinelearn.bench
+
+# EAGLE-3 heads from cached target features (docs/eagle.md "Heads from cached features"): one
+# target pass over the distilled answers and the held-out answers, a generalist on every
+# domain, one specialist per domain fine-tuned from it, then the head x domain matrix. Every
+# step resumes where it stopped (run `make heads` again).
+HEADS_DIR   := results/heads
+HEADS_TRAIN := --ttt-steps 3 --feature-weight 0 --ce-weight 1 --draft-vocab-size 4096 \
+	--batch-size 8 --seq-len 320 --eval-every 100 --checkpoint-every 20 --threads 2
+HEAD_DOMAINS := code math sql chemistry medicine biology news
+heads: $(STAMP)
+	$(BIN)/hedgespec cache-features --threads 2 --out $(HEADS_DIR)/features-train
+	$(BIN)/hedgespec cache-features --threads 2 --set heldout --out $(HEADS_DIR)/features-heldout
+	$(BIN)/hedgespec train-head --features $(HEADS_DIR)/features-train \
+		--heldout $(HEADS_DIR)/features-heldout --out $(HEADS_DIR)/general \
+		--steps 600 --lr 1e-3 $(HEADS_TRAIN)
+	for d in $(HEAD_DOMAINS); do \
+		$(BIN)/hedgespec train-head --features $(HEADS_DIR)/features-train --domain $$d \
+			--heldout $(HEADS_DIR)/features-heldout --init $(HEADS_DIR)/general \
+			--out $(HEADS_DIR)/$$d --steps 80 --lr 3e-4 --warmup 0 $(HEADS_TRAIN) || exit 1; \
+	done
+	$(BIN)/python benchmarks/eagle_heads.py --heads $(HEADS_DIR) \
+		--heldout $(HEADS_DIR)/features-heldout --k 4 --out $(HEADS_DIR)/matrix.json
 
 proofs: $(STAMP)
 	$(BIN)/python -m proofs_check

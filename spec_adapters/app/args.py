@@ -12,8 +12,9 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import NoReturn
 
-__all__ = ["OneLineParser", "check_int", "comma_list", "distinct_list", "file_arg", "float_arg",
-           "floats_arg", "folder_arg", "int_arg", "ints_arg", "json_object", "names_arg"]
+__all__ = ["OneLineParser", "check_int", "comma_list", "distinct_list", "existing_arg", "file_arg",
+           "float_arg", "floats_arg", "folder_arg", "int_arg", "ints_arg", "json_object",
+           "names_arg"]
 
 
 # ------------------------------------------------------------------------------------------
@@ -138,6 +139,13 @@ def folder_arg(text: str) -> str:
         raise argparse.ArgumentTypeError(f"cannot create {text!r}: {str(parent)!r} is a file")
     if not os.access(parent, os.W_OK | os.X_OK):
         raise argparse.ArgumentTypeError(f"{str(parent)!r} is not writable")
+    return text
+
+
+def existing_arg(text: str) -> str:
+    """An argparse ``type``: a file or folder that exists."""
+    if not Path(text).expanduser().exists():
+        raise argparse.ArgumentTypeError(f"{text!r} does not exist")
     return text
 
 

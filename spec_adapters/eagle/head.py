@@ -60,6 +60,7 @@ __all__ = [
     "embedding_fingerprint",
     "rope_inv_freq",
     "target_hidden_features",
+    "vocab_coverage",
 ]
 
 CONFIG_NAME = "eagle_config.json"
@@ -104,6 +105,16 @@ def build_draft_vocab(token_ids, target_vocab_size: int, size: int,
     counts[list(always)] = float("inf")
     order = torch.sort(-counts, stable=True).indices
     return torch.sort(order[:size]).values
+
+
+def vocab_coverage(token_ids, target_vocab_size: int, sizes) -> dict[int, float]:
+    """The share of a corpus's tokens that a draft vocabulary of each size in ``sizes`` covers
+    (its most frequent tokens): the mass a head of that size can ever propose, so the bound on
+    its acceptance. Pick the draft vocabulary size from this curve."""
+    ids = torch.as_tensor(token_ids).reshape(-1).long()
+    counts = torch.sort(torch.bincount(ids, minlength=target_vocab_size), descending=True).values
+    mass = torch.cumsum(counts.double(), 0) / max(ids.numel(), 1)
+    return {int(s): float(mass[min(int(s), target_vocab_size) - 1]) for s in sizes}
 
 
 @dataclass

@@ -44,10 +44,12 @@ import numpy as np
 import torch
 import torch.nn.functional as fn
 
+from .features import FeatureBatch, FeatureSet, draft_probs, target_features, target_logits
 from .head import EagleHead, EagleHeadConfig, build_draft_vocab
 from .train_config import TrainConfig
 
-__all__ = ["TrainConfig", "evaluate_head", "head_loss", "load_token_ids", "train_head"]
+__all__ = ["TrainConfig", "evaluate_head", "head_loss", "load_token_ids", "train_head",
+           "unrolled_logits"]
 
 STATE_NAME = "trainer_state.pt"
 PICKLE_SUFFIXES = (".pt", ".pth", ".pkl", ".pickle", ".bin")
@@ -122,72 +124,106 @@ def load_token_ids(path: str | os.PathLike) -> torch.LongTensor:
     return ids
 
 
-@torch.no_grad()
-def _target_pass(target, ids: torch.LongTensor, feature_layers, d2t):
-    """Features ``(B,S,F*H)``, last hidden ``(B,S,H)``, target probs on the draft vocab
-    (the full-vocabulary softmax restricted to it), full probs ``(B,S,V)``."""
-    out = target(input_ids=ids, output_hidden_states=True, use_cache=False)
-    hs = out.hidden_states
-    feats = torch.cat([hs[i] for i in feature_layers], -1).float()
-    probs = torch.softmax(out.logits.float(), -1)
-    return feats, hs[-1].float(), probs[..., d2t], probs
+def _online_batch(target, corpus: torch.LongTensor, starts: list[int], seq_len: int,
+                  layers) -> FeatureBatch:
+    """Windows of a flat corpus with the target's features computed now (no cache)."""
+    ids = torch.stack([corpus[s:s + seq_len] for s in starts])
+    feats, last = target_features(target, ids.to(target.device), layers)
+    trained = torch.ones(ids.shape, dtype=torch.bool)
+    trained[:, -1] = False
+    return FeatureBatch(ids, feats.cpu(), last.cpu(), trained)
 
 
-@torch.no_grad()
-def _target_pass_draft_rows(target, ids: torch.LongTensor, feature_layers, d2t):
-    """Like :func:`_target_pass` but the output layer is applied to the draft-vocabulary rows
-    only, and the distillation target is the target's softmax over those rows (renormalised).
-
-    Assumes the logits are ``lm_head(last hidden)`` (Llama-family: no soft-capping or scale);
-    saves ~1 - Vd/V of the output layer (~18 % of a SmolLM2-135M training step)."""
-    out = target.base_model(input_ids=ids, output_hidden_states=True, use_cache=False)
-    hs = out.hidden_states
-    feats = torch.cat([hs[i] for i in feature_layers], -1).float()
-    last = hs[-1]
-    lm = target.get_output_embeddings()
-    logits = torch.nn.functional.linear(
-        last, lm.weight[d2t], None if getattr(lm, "bias", None) is None else lm.bias[d2t])
-    return feats, last.float(), torch.softmax(logits.float(), -1), None
+def _windows(target, data, layers, seq_len: int, batch_size: int, gen: torch.Generator):
+    """One training batch: random corpus windows (target run now) or cached documents."""
+    if isinstance(data, FeatureSet):
+        return data.batch(torch.randint(0, len(data), (batch_size,), generator=gen).tolist(),
+                          seq_len)
+    starts = torch.randint(0, data.numel() - seq_len + 1, (batch_size,), generator=gen)
+    return _online_batch(target, data, starts.tolist(), seq_len, layers)
 
 
-def _head_pass(head: EagleHead, feats, ids):
-    """Teacher-forced head over pairs ``(f_t, x_{t+1})``, ``t = 0 .. S-2``."""
-    S = ids.shape[1]
-    emb = head.embed(ids[:, 1:])
-    logits, z, _, _ = head(feats[:, :-1], emb, torch.arange(S - 1), fuse=True)
-    return logits, z
+def unrolled_logits(head: EagleHead, batch: FeatureBatch, steps: int) -> tuple[list, torch.Tensor]:
+    """The head over a batch, unrolled ``steps`` times on its own outputs (EAGLE-3's
+    training-time test).
+
+    Step 0 is teacher forcing: row ``t`` reads ``(f_t, e(x_{t+1}))`` and predicts ``x_{t+2}``.
+    Step ``j`` reads ``(z^{(j-1)}_{t-1}, e(x_{t+1}))``, the hidden the head produced one
+    position earlier at step ``j-1``, and attends exactly what a draft node of depth ``j+1``
+    attends when drafting: the step-0 keys at positions ``<= t - j`` (the committed cache)
+    and its ancestors, the step-``i`` key at position ``t - j + i`` for ``i = 1 .. j``. Rows
+    ``t < j`` have no such ancestry and are left out of the loss.
+
+    Returns
+    -------
+    logits : list of ``steps`` tensors ``(B, S-1, Vd)``, step ``j``'s row ``t`` predicting
+        ``x_{t+2}``.
+    z : ``(B, S-1, H)`` the fed-back hidden of step 0 (the feature regression's output).
+    """
+    emb = head.embed(batch.ids[:, 1:].to(head.d2t.device))
+    T = emb.shape[1]
+    pos = torch.arange(T)
+    logits, z, k, v = head(batch.features[:, :-1].to(emb.device), emb, pos, fuse=True)
+    out, ks, vs, h = [logits], [k], [v], z
+    rows, cols = pos[:, None], pos[None, :]
+    for j in range(1, steps):
+        h = torch.cat([torch.zeros_like(h[:, :1]), h[:, :-1]], 1)
+        mask = torch.cat([cols <= rows - j] + [cols == rows - j + i for i in range(1, j + 1)], 1)
+        logits, h, k, v = head(h, emb, pos, torch.cat(ks, 2), torch.cat(vs, 2), mask)
+        out.append(logits)
+        ks.append(k)
+        vs.append(v)
+    return out, z
 
 
-def head_loss(head: EagleHead, target, ids: torch.LongTensor, cfg: TrainConfig):
-    """The training loss of one batch and its two parts (floats)."""
-    pass_ = _target_pass if cfg.full_vocab_distill else _target_pass_draft_rows
-    feats, last, p_draft, _ = pass_(target, ids, head.config.feature_layers, head.d2t)
-    logits, z = _head_pass(head, feats, ids)
-    reg = fn.smooth_l1_loss(z, last[:, 1:])
-    ce = -(p_draft[:, 1:] * torch.log_softmax(logits, -1)).sum(-1).mean()
+def head_loss(head: EagleHead, target, batch: FeatureBatch, cfg: TrainConfig):
+    """The training loss of one batch and its two parts (floats).
+
+    ``w_f SmoothL1(z, h^L_{t+1}) + w_c sum_j 0.8^j CE_j``: the feature regression of step 0
+    and the cross-entropy of every unrolled step ``j`` (:func:`unrolled_logits`) against the
+    target's draft-vocabulary distribution (:func:`~.features.draft_probs`, recomputed from
+    the target's last hidden state), each averaged over the rows it trains."""
+    trained = batch.trained[:, 1:].to(head.d2t.device)
+    last = batch.last[:, 1:].to(head.d2t.device)
+    p = draft_probs(target, last, head.d2t, cfg.full_vocab_distill)
+    logits, z = unrolled_logits(head, batch, cfg.ttt_steps)
+    w = trained.float()
+    reg = (fn.smooth_l1_loss(z, last, reduction="none").mean(-1) * w).sum() / w.sum().clamp(min=1)
+    ce = z.new_zeros(())
+    for j, lg in enumerate(logits):
+        wj = w.clone()
+        wj[:, :j] = 0
+        ce_rows = -(p * torch.log_softmax(lg, -1)).sum(-1)
+        ce = ce + 0.8 ** j * (ce_rows * wj).sum() / wj.sum().clamp(min=1)
     loss = cfg.feature_weight * reg + cfg.ce_weight * ce
     return loss, float(reg.detach()), float(ce.detach())
 
 
 @torch.no_grad()
-def evaluate_head(head: EagleHead, target, tokens, seq_len: int = 128, max_tokens: int = 2048,
+def evaluate_head(head: EagleHead, target, heldout, seq_len: int = 128, max_tokens: int = 2048,
                   top_k: int = 8) -> dict:
-    """Held-out acceptance of a head against its target.
+    """Held-out acceptance of a head against its target, teacher-forced (depth 1).
 
+    ``heldout``: token ids (windows of ``seq_len``, the target run now, up to ``max_tokens``)
+    or a :class:`~.features.FeatureSet` (its documents, up to ``max_tokens`` trained rows).
     Returns ``{"top1": P(argmax head == argmax target), "gamma_topk": mean target mass of the
     head's top-k (Theorem 2 at a tree root, temperature 1), "tokens": n}``.
     """
-    tokens = _as_corpus(tokens)[:max_tokens]
-    n_win = max(1, tokens.numel() // seq_len)
+    layers = head.config.feature_layers
+    if isinstance(heldout, FeatureSet):
+        batches = (heldout.batch([d], seq_len) for d in range(len(heldout)))
+    else:
+        tokens = _as_corpus(heldout)[:max_tokens]
+        batches = (_online_batch(target, tokens, [w * seq_len], seq_len, layers)
+                   for w in range(max(1, tokens.numel() // seq_len)) if seq_len >= 3)
     hits = mass = count = 0.0
-    for w in range(n_win):
-        ids = tokens[w * seq_len:(w + 1) * seq_len].view(1, -1).to(head.d2t.device)
-        if ids.shape[1] < 3:
+    for batch in batches:
+        if count >= max_tokens:
             break
-        feats, _, _, probs = _target_pass(target, ids, head.config.feature_layers, head.d2t)
-        logits, _ = _head_pass(head, feats, ids)
-        p = probs[0, 1:]  # target distribution of the token each head row predicts
-        kids = head.d2t[torch.topk(logits[0], min(top_k, logits.shape[-1]), -1).indices]
+        rows = batch.trained[0, 1:]
+        logits, _ = unrolled_logits(head, batch, 1)
+        p = torch.softmax(target_logits(target, batch.last[0, 1:][rows]), -1)
+        kids = head.d2t[torch.topk(logits[0][0][rows], min(top_k, logits[0].shape[-1]), -1).indices]
         hits += float((kids[:, 0] == p.argmax(-1)).sum())
         mass += float(p.gather(-1, kids).sum())
         count += p.shape[0]
@@ -202,7 +238,7 @@ def _lr_at(step: int, cfg: TrainConfig) -> float:
     return cfg.lr * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * min(frac, 1.0))))
 
 
-def train_head(target, corpus, out_dir=None, config: TrainConfig | None = None, head=None,
+def train_head(target, data, out_dir=None, config: TrainConfig | None = None, head=None,
                heldout=None, feature_layers=None, progress: bool = True, log=print,
                stop_after: int | None = None) -> tuple[EagleHead, list[dict]]:
     """Train (or resume training) an EAGLE head for ``target``.
@@ -210,15 +246,18 @@ def train_head(target, corpus, out_dir=None, config: TrainConfig | None = None, 
     Parameters
     ----------
     target : transformers causal LM (frozen, eval mode).
-    corpus : 1-D token ids (tensor or sequence), at least ``seq_len`` tokens.
+    data : 1-D token ids (tensor or sequence, at least ``seq_len`` tokens: random windows,
+        the target run on each batch), or a :class:`~.features.FeatureSet` (cached features:
+        random documents cut to ``seq_len``; the target's output layer is the only part of it
+        used, and the feature layers are the cache's).
     out_dir : path, optional
         Checkpoint directory; if it holds a checkpoint, training resumes from it.
     config : TrainConfig
     head : EagleHead, optional
         Start from this head (default: a new one, draft vocabulary = the corpus's most frequent
         ``draft_vocab_size`` tokens, output layer initialised from the target's).
-    heldout : 1-D token ids, optional
-        Held-out text for the periodic acceptance report.
+    heldout : 1-D token ids or a FeatureSet, optional
+        Held-out text for the periodic acceptance report (:func:`evaluate_head`).
     feature_layers : optional, default EAGLE-3's low/middle/high layers.
     stop_after : int, optional
         Stop (after checkpointing) once this step is reached: simulates an interruption.
@@ -233,10 +272,15 @@ def train_head(target, corpus, out_dir=None, config: TrainConfig | None = None, 
     target.eval()
     for prm in target.parameters():
         prm.requires_grad_(False)
-    corpus = _as_corpus(corpus)
-    if corpus.numel() < cfg.seq_len:
-        raise ValueError(f"corpus has {corpus.numel()} tokens, fewer than seq_len={cfg.seq_len}")
     V = int(target.get_input_embeddings().weight.shape[0])
+    if isinstance(data, FeatureSet):
+        corpus = torch.from_numpy(data.ids.astype(np.int64))
+        feature_layers = tuple(data.meta["feature_layers"])
+    else:
+        corpus = data = _as_corpus(data)
+        if corpus.numel() < cfg.seq_len:
+            raise ValueError(f"corpus has {corpus.numel()} tokens, fewer than "
+                             f"seq_len={cfg.seq_len}")
     if int(corpus.min()) < 0 or int(corpus.max()) >= V:
         raise ValueError(f"corpus has token ids outside the target's vocabulary [0, {V})")
     out = Path(out_dir) if out_dir is not None else None
@@ -253,6 +297,9 @@ def train_head(target, corpus, out_dir=None, config: TrainConfig | None = None, 
         head = EagleHead(hcfg, d2t=d2t).init_from_target(target)
     else:
         head.bind(target)
+    if feature_layers is not None and tuple(feature_layers) != head.config.feature_layers:
+        raise ValueError(f"the features are of layers {tuple(feature_layers)}, the head reads "
+                         f"{head.config.feature_layers}")
     device = next(target.parameters()).device
     head.to(device).train()
     opt = torch.optim.AdamW(head.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
@@ -267,22 +314,21 @@ def train_head(target, corpus, out_dir=None, config: TrainConfig | None = None, 
     if progress:
         from tqdm.auto import tqdm
         bar = tqdm(total=cfg.steps, initial=step, desc="train-head", unit="step")
-    n_windows = corpus.numel() - cfg.seq_len + 1
     while step < end:
         t0 = time.perf_counter()
-        starts = torch.randint(0, n_windows, (cfg.batch_size,), generator=gen)
-        ids = torch.stack([corpus[s:s + cfg.seq_len] for s in starts.tolist()]).to(device)
+        batch = _windows(target, data, head.config.feature_layers, cfg.seq_len, cfg.batch_size,
+                         gen)
         lr = _lr_at(step, cfg)
         for g in opt.param_groups:
             g["lr"] = lr
-        loss, reg, ce = head_loss(head, target, ids, cfg)
+        loss, reg, ce = head_loss(head, target, batch, cfg)
         opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(head.parameters(), cfg.grad_clip)
         opt.step()
         step += 1
         rec = {"step": step, "loss": float(loss.detach()), "reg": reg, "ce": ce, "lr": lr,
-               "seconds": time.perf_counter() - t0}
+               "seconds": time.perf_counter() - t0, "tokens": int(batch.trained.sum())}
         if heldout is not None and (step % cfg.eval_every == 0 or step == cfg.steps):
             head.eval()
             rec.update(evaluate_head(head, target, heldout, cfg.seq_len, cfg.eval_tokens,

@@ -10,7 +10,11 @@ __all__ = ["TrainConfig"]
 
 @dataclass
 class TrainConfig:
-    """Hyper-parameters of :func:`train_head` (defaults sized for a 135M target on CPU)."""
+    """Hyper-parameters of :func:`train_head` (defaults sized for a 135M target on CPU).
+
+    ``ttt_steps``: EAGLE-3's training-time test, the head unrolled on its own outputs this many
+    steps (1 = teacher forcing only; :func:`~spec_adapters.eagle.train.unrolled_logits`).
+    """
 
     steps: int = 400
     batch_size: int = 4
@@ -21,6 +25,7 @@ class TrainConfig:
     feature_weight: float = 1.0
     ce_weight: float = 0.1
     full_vocab_distill: bool = False
+    ttt_steps: int = 1
     grad_clip: float = 1.0
     draft_vocab_size: int = 8192
     eval_every: int = 100
@@ -30,7 +35,8 @@ class TrainConfig:
     seed: int = 0
 
     def __post_init__(self) -> None:
-        for name in ("steps", "batch_size", "seq_len", "draft_vocab_size", "eval_top_k"):
+        for name in ("steps", "batch_size", "seq_len", "draft_vocab_size", "eval_top_k",
+                     "ttt_steps"):
             if getattr(self, name) < 1:
                 raise ValueError(f"TrainConfig.{name} must be >= 1")
         if self.seq_len < 2:

@@ -7,7 +7,7 @@ from __future__ import annotations
 import argparse
 import time
 
-from spec_adapters.app.args import file_arg, float_arg, folder_arg, int_arg
+from spec_adapters.app.args import existing_arg, file_arg, float_arg, folder_arg, int_arg
 from spec_adapters.app.cli.common import (
     MAX_SEED,
     UserError,
@@ -21,9 +21,9 @@ from spec_adapters.app.cli.common import (
 from spec_adapters.app.distill.answers import DistillConfig
 from spec_adapters.eagle.train_config import TrainConfig
 
-__all__ = ["TRAIN_HEAD_TYPES", "add_distill", "add_prepare_data", "add_train_drafters",
-           "add_train_head", "cmd_distill", "cmd_prepare_data", "cmd_train_drafters",
-           "cmd_train_head"]
+__all__ = ["TRAIN_HEAD_TYPES", "add_cache_features", "add_distill", "add_prepare_data",
+           "add_train_drafters", "add_train_head", "cmd_cache_features", "cmd_distill",
+           "cmd_prepare_data", "cmd_train_drafters", "cmd_train_head"]
 
 # the range of every numeric TrainConfig field, as its train-head option accepts it
 TRAIN_HEAD_TYPES = {
@@ -32,7 +32,7 @@ TRAIN_HEAD_TYPES = {
     "feature_weight": float_arg(0.0), "ce_weight": float_arg(0.0),
     "grad_clip": float_arg(0.0, lo_open=True), "draft_vocab_size": int_arg(1),
     "eval_every": int_arg(1), "eval_tokens": int_arg(2), "eval_top_k": int_arg(1),
-    "checkpoint_every": int_arg(1), "seed": int_arg(0, MAX_SEED),
+    "checkpoint_every": int_arg(1), "seed": int_arg(0, MAX_SEED), "ttt_steps": int_arg(1),
 }
 
 
@@ -72,11 +72,18 @@ def add_train_head(sub) -> None:
     """``hedgespec train-head``: the token files, the output folder, the target, every
     TrainConfig field as ``--field-name``."""
     s = add_command(sub, "train-head", cmd_train_head, target=False)
-    s.add_argument("--corpus", required=True, type=file_arg,
-                   help="token ids: a .npy array, a .safetensors file holding one tensor, or a "
-                        "text file of integers (pickled .pt files are refused)")
-    s.add_argument("--heldout", default=None, type=file_arg,
-                   help="held-out token ids (same formats)")
+    data = s.add_mutually_exclusive_group(required=True)
+    data.add_argument("--corpus", type=file_arg,
+                      help="token ids: a .npy array, a .safetensors file holding one tensor, or "
+                           "a text file of integers (pickled .pt files are refused)")
+    data.add_argument("--features", type=existing_arg,
+                      help="a cache-features folder (the target is not run while training)")
+    s.add_argument("--heldout", default=None, type=existing_arg,
+                   help="held-out token ids (same formats) or a cache-features folder")
+    s.add_argument("--domain", default=None,
+                   help="with --features: train on this domain's documents only (a specialist)")
+    s.add_argument("--init", default=None, type=existing_arg,
+                   help="start from this head (e.g. the generalist, to fine-tune a specialist)")
     s.add_argument("--out", required=True, type=folder_arg,
                    help="checkpoint / output directory (resumable)")
     s.add_argument("--target", default=None,
@@ -147,22 +154,84 @@ def cmd_train_drafters(args: argparse.Namespace) -> int:
     return 0
 
 
+def add_cache_features(sub) -> None:
+    """``hedgespec cache-features``."""
+    s = add_command(sub, "cache-features", cmd_cache_features)
+    s.add_argument("--out", required=True, type=folder_arg, help="the feature folder (resumable)")
+    s.add_argument("--set", choices=("train", "heldout"), default="train",
+                   help="train: the distilled answers; heldout: the target's answers to the "
+                        "first --per-domain benchmark prompts of each domain (default train)")
+    s.add_argument("--per-domain", type=int_arg(1), default=5,
+                   help="held-out prompts per domain (default %(default)s)")
+    s.add_argument("--max-new-tokens", type=int_arg(1), default=256,
+                   help="held-out answer length (default %(default)s)")
+
+
+def cmd_cache_features(args: argparse.Namespace) -> int:
+    """Store the target's features over a document set; print its size."""
+    from spec_adapters.app.distill.documents import answer_documents, heldout_documents
+    from spec_adapters.eagle.features import cache_features
+
+    model, tok, domains = target_and_domains(args)
+    t = time.perf_counter()
+    try:
+        docs = answer_documents(model, tok, domains, args.cache_dir) if args.set == "train" else \
+            heldout_documents(model, tok, domains, args.per_domain, args.max_new_tokens)
+        cache_features(model, docs, args.out)
+    except ValueError as err:  # CacheError (no / foreign answers) is a ValueError
+        raise UserError(f"cache-features: {err}") from None
+    n = sum(len(d.ids) for d in docs)
+    print(f"{len(docs)} documents, {n} tokens in {args.out} ({time.perf_counter() - t:.0f} s)")
+    return 0
+
+
+def _head_data(args: argparse.Namespace, model):
+    """The training data and held-out data of ``train-head``."""
+    from pathlib import Path
+
+    from spec_adapters.eagle.features import load_features
+    from spec_adapters.eagle.train import load_token_ids
+
+    try:
+        if args.features is not None:
+            data = load_features(args.features, model)
+            if args.domain is not None:
+                if args.domain not in data.labels:
+                    raise ValueError(f"{args.features} has no documents of domain "
+                                     f"{args.domain!r} (it has {sorted(set(data.labels))})")
+                data = data.domain(args.domain)
+        elif args.domain is not None:
+            raise ValueError("--domain needs --features")
+        else:
+            data = load_token_ids(args.corpus)
+        heldout = None
+        if args.heldout is not None:
+            heldout = load_features(args.heldout, model) if Path(args.heldout).is_dir() \
+                else load_token_ids(args.heldout)
+            if args.domain is not None and args.features is not None:
+                heldout = heldout.domain(args.domain)
+    except (OSError, ValueError) as err:
+        raise UserError(f"train-head: {err}") from None
+    return data, heldout
+
+
 def cmd_train_head(args: argparse.Namespace) -> int:
-    """Train (or resume) one EAGLE head on a token file; print the last history row."""
+    """Train (or resume) one EAGLE head; print the last history row."""
     import json
 
-    from spec_adapters.eagle.train import load_token_ids, train_head
+    from spec_adapters.eagle import EagleHead
+    from spec_adapters.eagle.train import train_head
 
     setup_threads(args.threads)
     try:
         cfg = TrainConfig(**{k: getattr(args, k) for k in TrainConfig.__dataclass_fields__})
-        corpus = load_token_ids(args.corpus)
-        heldout = load_token_ids(args.heldout) if args.heldout else None
-    except (OSError, ValueError) as err:
-        raise UserError(f"cannot read token ids: {err}") from None
+    except ValueError as err:
+        raise UserError(f"train-head: {err}") from None
     model, _tok = target_from_args(args)
+    data, heldout = _head_data(args, model)
     try:
-        _, hist = train_head(model, corpus, args.out, cfg, heldout=heldout,
+        head = EagleHead.from_pretrained(args.init, target=model) if args.init else None
+        _, hist = train_head(model, data, args.out, cfg, head=head, heldout=heldout,
                              progress=not args.no_progress)
     except ValueError as err:
         raise UserError(f"train-head: {err}") from None

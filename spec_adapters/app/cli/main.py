@@ -6,7 +6,8 @@
     hedgespec prepare-data               fetch + prepare the seven domain corpora
     hedgespec distill                    the target's answers to training prompts (resumable)
     hedgespec train-drafters             build the drafter pool (reuses what is cached)
-    hedgespec train-head                 train one EAGLE head on a token file
+    hedgespec cache-features --out DIR   the target's features over its answers (resumable)
+    hedgespec train-head                 train one EAGLE head (token file or cached features)
     hedgespec bench --preset small       the benchmark behind docs/benchmark.md
     hedgespec generate --prompt "..."    stream a reply, showing which drafter drafted what
     hedgespec serve --port 8000          vLLM's OpenAI server, speculating with HedgeSpec
@@ -20,7 +21,8 @@ unknown domain, a missing package, a prompt longer than the target's context) ar
 stderr and exit status 2.
 
 This module holds the parser and the error handling; each command's options and its function
-are in :mod:`~spec_adapters.app.cli.build` (prepare-data, distill, train-drafters, train-head),
+are in :mod:`~spec_adapters.app.cli.build` (prepare-data, distill, train-drafters, cache-features,
+train-head),
 :mod:`~spec_adapters.app.cli.generate`, :mod:`~spec_adapters.app.cli.bench` (bench, demo) and
 :mod:`~spec_adapters.app.cli.vllm` (serve, bench-vllm), over what
 :mod:`~spec_adapters.app.cli.common` sets up for them.
@@ -35,6 +37,7 @@ import sys
 from spec_adapters.app.args import OneLineParser
 from spec_adapters.app.cli.bench import add_bench, add_demo
 from spec_adapters.app.cli.build import (
+    add_cache_features,
     add_distill,
     add_prepare_data,
     add_train_drafters,
@@ -47,7 +50,8 @@ from spec_adapters.app.cli.vllm import add_bench_vllm, add_serve
 __all__ = ["COMMANDS", "build_parser", "main"]
 
 # each adds its subcommand (options, help, the function that runs it), in the order of --help
-COMMANDS = (add_demo, add_prepare_data, add_distill, add_train_drafters, add_train_head,
+COMMANDS = (add_demo, add_prepare_data, add_distill, add_train_drafters, add_cache_features,
+            add_train_head,
             add_bench, add_generate, add_serve, add_bench_vllm)
 
 

@@ -32,10 +32,17 @@ COMMAND_TEXTS: dict[str, tuple[str, str]] = {
         "One n-gram specialist per domain, an n-gram generalist on the mix, prompt lookup, "
         "optionally EAGLE heads and the router. Valid cached entries are reused; corrupt ones "
         "are rebuilt."),
+    "cache-features": (
+        "store the target's features over its answers, for head training (resumable)",
+        "Runs the target once over its distilled answers (--set train) or over its greedy "
+        "answers to the held-out benchmark prompts (--set heldout) and stores, per token, the "
+        "feature layers an EAGLE head reads and the last hidden state, float16, in shards "
+        "(spec_adapters.eagle.features)."),
     "train-head": (
-        "train one EAGLE head on a token file",
-        "Trains (or resumes) one EAGLE head for the target on a token-id file "
-        "(spec_adapters.eagle.train.train_head)."),
+        "train one EAGLE head on a token file or on cached features",
+        "Trains (or resumes) one EAGLE head for the target on a token-id file (the target run "
+        "every step) or on a cache-features folder (the target never run; --domain for a "
+        "specialist, --init to fine-tune from a head) (spec_adapters.eagle.train.train_head)."),
     "bench": (
         "the benchmark of docs/benchmark.md (resumable)",
         "Table 1, the main table (mixed stream + per domain, greedy and sampled), router "

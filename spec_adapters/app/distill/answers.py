@@ -43,6 +43,7 @@ from spec_adapters.store.atomic import atomic_folder
 from spec_adapters.store.integrity import CacheError, file_digests, verify_files
 
 __all__ = ["ENGINES", "FORMAT", "DistillConfig", "answer_batch", "answers_folder", "distill",
+           "find_answers",
            "load_answers", "read_token_lists", "run_batches", "save_token_lists", "shipped_dir",
            "weights_fingerprint"]
 
@@ -148,6 +149,13 @@ def answers_folder(out_dir: str | os.PathLike, model, tokenizer) -> Path:
     from spec_adapters.vllm.target_pool import loaded_target_id
 
     return Path(out_dir) / loaded_target_id(model, tokenizer)
+
+
+def find_answers(roots: Sequence[str | os.PathLike], model, tokenizer) -> Path:
+    """The first of ``<root>/<target-id>`` holding an answer set (the last one when none does,
+    so that the error names where the shipped set would be)."""
+    folders = [answers_folder(r, model, tokenizer) for r in roots]
+    return next((f for f in folders if (f / "manifest.json").is_file()), folders[-1])
 
 
 def shipped_dir() -> Path:

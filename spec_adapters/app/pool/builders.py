@@ -165,7 +165,7 @@ def save_answers(entry: Entry, model, tokenizer, domain, cfg: PoolConfig, cache_
     says so, never silently used).
     """
     from spec_adapters.app.distill.answers import (
-        answers_folder,
+        find_answers,
         load_answers,
         save_token_lists,
         shipped_dir,
@@ -174,8 +174,7 @@ def save_answers(entry: Entry, model, tokenizer, domain, cfg: PoolConfig, cache_
 
     roots = [Path(cfg.answers_dir)] if cfg.answers_dir else \
         [Path(cache_dir) / "distilled", shipped_dir()]
-    folders = [answers_folder(r, model, tokenizer) for r in roots]
-    folder = next((f for f in folders if (f / "manifest.json").is_file()), folders[-1])
+    folder = find_answers(roots, model, tokenizer)
     answers, prompts = load_answers(folder, domain.name, weights_fingerprint(model, tokenizer),
                                     cfg.ngram.distilled_tokens)
     held = set(domain.prompts)

@@ -200,17 +200,20 @@ def test_corpus_ids_outside_the_vocabulary_are_a_value_error(data):
 
 
 def test_draft_row_distillation_target_is_the_renormalised_restriction(data):
-    from spec_adapters.eagle.train import _target_pass, _target_pass_draft_rows
+    from spec_adapters.eagle.features import draft_probs, target_features
 
     target, corpus, _ = data
     d2t = torch.tensor([0, 3, 4, 9, 17, 40, 41, 95])
     ids = corpus[:40].view(2, 20)
-    f1, l1, _, full = _target_pass(target, ids, (1, 2), d2t)
-    f2, l2, p2, _ = _target_pass_draft_rows(target, ids, (1, 2), d2t)
+    with torch.no_grad():
+        out = target(input_ids=ids, output_hidden_states=True)
+    full = torch.softmax(out.logits.float(), -1)
+    feats, last = target_features(target, ids, (1, 2))
+    torch.testing.assert_close(feats, torch.cat([out.hidden_states[1], out.hidden_states[2]], -1))
     restricted = full[..., d2t]
-    torch.testing.assert_close(p2, restricted / restricted.sum(-1, keepdim=True))
-    torch.testing.assert_close(f1, f2)
-    torch.testing.assert_close(l1, l2)
+    torch.testing.assert_close(draft_probs(target, last, d2t),
+                               restricted / restricted.sum(-1, keepdim=True))
+    torch.testing.assert_close(draft_probs(target, last, d2t, full_vocab=True), restricted)
     # the full-vocabulary variant trains as well (and differently)
     a, _ = train_head(target, corpus, None, TrainConfig(steps=3, **CFG), progress=False,
                       log=None)

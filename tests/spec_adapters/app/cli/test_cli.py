@@ -7,12 +7,13 @@ from __future__ import annotations
 import json
 
 import pytest
+import torch
 
 from spec_adapters.app.cli import build_parser, main
 from tests.spec_adapters.app.cli.tiny_cli import DOMS, tiny_world, world_args
 
-COMMANDS = ("demo", "prepare-data", "distill", "train-drafters", "train-head", "bench",
-            "generate")
+COMMANDS = ("demo", "prepare-data", "distill", "train-drafters", "cache-features",
+            "train-head", "bench", "generate")
 
 
 @pytest.fixture(scope="module")
@@ -44,6 +45,40 @@ def test_a_workload_the_domains_cannot_build_is_refused_before_any_pool_work(tin
                                "--engine", engine)])
     err = capsys.readouterr().err
     assert rc == 2 and "the copy-edit workload needs the news domain(s)" in err
+
+
+def test_heads_from_cached_features_generalist_then_specialist(tiny, capsys):
+    """cache-features (the distilled answers, the held-out answers), a generalist trained on
+    the cache, a specialist fine-tuned from it on one domain; bad combinations are one line."""
+    from spec_adapters.eagle import EagleHead
+    from spec_adapters.eagle.features import load_features
+
+    root, folder = tiny
+    feats, held = root / "feats", root / "held"
+    assert main(["cache-features", *world_args(tiny), "--out", str(feats)]) == 0
+    assert main(["cache-features", *world_args(tiny), "--set", "heldout", "--per-domain", "1",
+                 "--max-new-tokens", "4", "--out", str(held)]) == 0
+    assert capsys.readouterr().out.count(" documents, ") == 2
+    fs = load_features(feats)
+    assert sorted(set(fs.labels)) == sorted(DOMS.split(",")) and len(load_features(held)) == 3
+    base = ["train-head", "--target", str(folder), "--cache-dir", str(root / "cache"),
+            "--threads", "1", "--no-progress", "--features", str(feats), "--heldout", str(held),
+            "--steps", "2", "--batch-size", "2", "--seq-len", "64", "--draft-vocab-size", "40",
+            "--ttt-steps", "2", "--eval-every", "2"]
+    assert main([*base, "--out", str(root / "general")]) == 0
+    out = capsys.readouterr().out  # the held-out report line, then the last history row
+    assert "held-out top1" in out and "top1" in json.loads(out[out.index("{"):])
+    assert main([*base, "--domain", "code", "--init", str(root / "general"), "--out",
+                 str(root / "code")]) == 0
+    general = EagleHead.from_pretrained(root / "general")
+    code = EagleHead.from_pretrained(root / "code")
+    assert torch.equal(general.d2t, code.d2t)  # fine-tuned from it: one draft vocabulary
+    assert not torch.equal(general.fc.weight, code.fc.weight)
+    capsys.readouterr()
+    assert main([*base, "--domain", "poetry", "--out", str(root / "x")]) == 2
+    assert "has no documents of domain 'poetry'" in capsys.readouterr().err
+    with pytest.raises(SystemExit):  # --corpus and --features exclude each other
+        main([*base, "--corpus", str(feats / "features.json"), "--out", str(root / "x")])
 
 
 def test_help_lists_every_command(capsys):

@@ -1,0 +1,94 @@
+"""The specialist matrix (the paper's Table 1 on this target): head x domain MAT, greedy chain.
+
+Every head in ``--heads`` (``general/`` and one folder per domain, as ``make heads`` trains
+them) is replayed on the target's own greedy answers to the held-out benchmark prompts
+(``hedgespec cache-features --set heldout``) with :func:`spec_adapters.eagle.acceptance.chain_mat`:
+greedy chain speculation of depth ``--k``, no target call (the answers and the verification
+features are cached). Prints the MAT matrix (rows: heads, columns: held-out domains, pooled
+over each domain's answers), each specialist's diagonal against the generalist in its domain,
+the teacher-forced top-1 agreement and the draft vocabulary's coverage of the held-out answer
+tokens; writes everything to ``--out`` (JSON).
+
+    .venv/bin/python benchmarks/eagle_heads.py --heads results/heads \
+        --heldout results/heads/features-heldout --k 4 --out results/heads/matrix.json
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from spec_adapters.app.args import OneLineParser, int_arg
+from spec_adapters.eagle import EagleHead
+from spec_adapters.eagle.acceptance import chain_mat, pooled_mat
+from spec_adapters.eagle.features import load_features
+from spec_adapters.eagle.train import evaluate_head
+from spec_adapters.hf.models import load_target
+
+
+def main(argv=None) -> None:
+    ap = OneLineParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--target", default=None, help="model folder or .gguf (default SmolLM2-135M)")
+    ap.add_argument("--heads", required=True, help="folder of head folders (general, <domain>)")
+    ap.add_argument("--heldout", required=True, help="cache-features --set heldout folder")
+    ap.add_argument("--k", type=int_arg(1), default=4, help="chain depth (default 4)")
+    ap.add_argument("--max-tokens", type=int_arg(1), default=None,
+                    help="answer tokens replayed per prompt (default: all)")
+    ap.add_argument("--threads", type=int_arg(1), default=2)
+    ap.add_argument("--out", default="results/heads/matrix.json")
+    args = ap.parse_args(argv)
+    torch.set_num_threads(args.threads)
+    try:
+        model, _tok = load_target(args.target)
+        held = load_features(args.heldout, model)
+        folders = sorted(p for p in Path(args.heads).iterdir()
+                         if (p / "eagle_config.json").is_file())
+        heads = {p.name: EagleHead.from_pretrained(p, target=model).eval() for p in folders}
+    except (ValueError, OSError) as err:
+        ap.error(" ".join(str(err).split()))
+    if "general" not in heads:
+        ap.error(f"{args.heads} has no general/ head")
+    domains = list(dict.fromkeys(held.labels))
+    answer_ids = {d: _answer_tokens(held.domain(d)) for d in domains}
+    matrix, rows = {}, {}
+    for name, head in heads.items():
+        t = time.perf_counter()
+        per_doc = chain_mat(head, held, args.k, args.max_tokens)
+        matrix[name] = {d: pooled_mat([r for r in per_doc if r["label"] == d]) for d in domains}
+        matrix[name]["mixed"] = pooled_mat(per_doc)
+        vocab = set(head.d2t.tolist())
+        rows[name] = {
+            "top1": evaluate_head(head, model, held, seq_len=10**6, max_tokens=10**9)["top1"],
+            "coverage": {d: float(np.isin(answer_ids[d], list(vocab)).mean()) for d in domains},
+            "draft_vocab": len(vocab), "seconds": time.perf_counter() - t, "docs": per_doc}
+        print(f"{name:10s} mixed MAT {matrix[name]['mixed']:.2f}  top1 {rows[name]['top1']:.3f}"
+              f"  ({rows[name]['seconds']:.0f} s)", flush=True)
+    cols = [*domains, "mixed"]
+    print(f"\n| head (chain K = {args.k}, greedy) | " + " | ".join(cols) + " |")
+    print("|---" * (len(cols) + 1) + "|")
+    for name in ["general", *sorted(h for h in heads if h != "general")]:
+        print(f"| {name} | " + " | ".join(f"{matrix[name][c]:.2f}" for c in cols) + " |")
+    diag = {d: matrix[d][d] / matrix["general"][d] for d in domains if d in heads}
+    print("\nspecialist / generalist in its own domain: "
+          + ", ".join(f"{d} {x:.2f}x" for d, x in diag.items())
+          + f"  ({sum(x >= 1.15 for x in diag.values())} of {len(diag)} at >= 1.15x)")
+    cov = rows["general"]["coverage"]
+    print("generalist vocabulary coverage of held-out answer tokens: "
+          + ", ".join(f"{d} {x:.1%}" for d, x in cov.items()))
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.out).write_text(json.dumps({"args": vars(args), "matrix": matrix,
+                                          "diagonal_over_general": diag, "heads": rows},
+                                         indent=1))
+
+
+def _answer_tokens(fs) -> np.ndarray:
+    return np.concatenate([fs.ids[int(fs.offsets[d]) + int(fs.starts[d]):int(fs.offsets[d + 1])]
+                           for d in range(len(fs))])
+
+
+if __name__ == "__main__":
+    main()
