@@ -4,11 +4,13 @@ Loads the heads that ``hedgespec train-drafters --eagle-steps N`` trained into t
 (one per domain + the generalist) through ``spec_adapters.app.pool.cache.load_pool``: the entries of
 exactly these settings (``--domains``, ``--max-train-tokens``, ``--ngram-order``,
 ``--eagle-steps``, as given to ``train-drafters``), checked against their checksums; nothing is
-built (a missing or corrupt entry is one line naming it). Takes the first held-out prompt of
-every domain and decodes each with the tree ``HedgeSpecDecoder`` under: target alone, the
-generalist head fixed (EAGLE-3's role), every specialist head fixed (for the per-query
-hindsight oracle), EXP3Spec, UCBSpec and HedgeSpec (NormalHedge). Prints a markdown table of
-MAT and tokens per CPU-second and writes every raw per-query number to ``--out`` (JSON).
+built (a missing or corrupt entry is one line naming it). Or, with ``--heads DIR``, the heads
+``make heads`` trained from cached features (``DIR/<domain>``, ``DIR/general``). Takes the
+first held-out prompt of every domain and decodes each with the tree ``HedgeSpecDecoder``
+under: target alone, the generalist head fixed (EAGLE-3's role), every specialist head fixed
+(for the per-query hindsight oracle), EXP3Spec, UCBSpec and HedgeSpec (NormalHedge). Prints a
+markdown table of MAT and tokens per CPU-second and writes every raw per-query number to
+``--out`` (JSON).
 Greedy outputs are checked against the target's own greedy continuation.
 
     .venv/bin/python benchmarks/eagle_pool.py --eagle-steps 2000 --tokens 32 \
@@ -28,7 +30,7 @@ from spec_adapters.app.bench.measure import run_decoder
 from spec_adapters.app.domains import DOMAINS, chat_ids, load_domain
 from spec_adapters.app.pool.cache import load_pool
 from spec_adapters.app.pool.config import PoolConfig
-from spec_adapters.eagle import HedgeSpecDecoder, TreeConfig
+from spec_adapters.eagle import EagleHead, HedgeSpecDecoder, TreeConfig
 from spec_adapters.eagle.train_config import TrainConfig
 from spec_adapters.hf.models import load_target
 from spec_adapters.store.location import default_cache_dir
@@ -41,8 +43,11 @@ def main(argv=None) -> None:
     ap.add_argument("--cache-dir", default=str(default_cache_dir()))
     ap.add_argument("--domains", default=",".join(DOMAINS),
                     help="comma-separated domains of the pool (default: all seven)")
-    ap.add_argument("--eagle-steps", type=int_arg(1), required=True,
-                    help="the --eagle-steps the heads were trained with")
+    ap.add_argument("--eagle-steps", type=int_arg(1), default=None,
+                    help="the --eagle-steps the pool's heads were trained with")
+    ap.add_argument("--heads", default=None,
+                    help="instead of the pool's heads: a folder of head folders (general, "
+                         "<domain>), as `make heads` trains them")
     ap.add_argument("--max-train-tokens", type=int_arg(1),
                     default=NGramPoolSettings.max_train_tokens)
     ap.add_argument("--ngram-order", type=int_arg(1), default=NGramPoolSettings.ngram_order)
@@ -56,18 +61,27 @@ def main(argv=None) -> None:
     args = ap.parse_args(argv)
     torch.set_num_threads(1)
 
+    if (args.heads is None) == (args.eagle_steps is None):
+        ap.error("give exactly one of --eagle-steps (the pool's heads) and --heads")
+    domains = args.domains.split(",")
     try:
         model, tok = load_target(args.target, args.cache_dir)
-        ngram = NGramPoolSettings(tuple(args.domains.split(",")), args.ngram_order,
-                                  args.max_train_tokens, args.distilled_tokens)
-        cfg = PoolConfig(ngram, eagle=TrainConfig(steps=args.eagle_steps,
-                                                  eval_every=args.eagle_steps))
-        pool = load_pool(model, tok, args.cache_dir, cfg, build=False, progress=False)
-        prompts = {d: load_domain(d, args.cache_dir).prompts[0] for d in cfg.domains}
-    except (ValueError, FileNotFoundError) as err:  # store.CacheError is a ValueError
+        if args.heads is None:
+            ngram = NGramPoolSettings(tuple(domains), args.ngram_order, args.max_train_tokens,
+                                      args.distilled_tokens)
+            cfg = PoolConfig(ngram, eagle=TrainConfig(steps=args.eagle_steps,
+                                                      eval_every=args.eagle_steps))
+            pool = load_pool(model, tok, args.cache_dir, cfg, build=False, progress=False)
+            heads = pool.heads  # the specialists in domain order, then the generalist
+            names = [h.config.extra["name"] for h in heads]
+            paths = [str(pool.paths[n]) for n in names]
+        else:
+            paths = [str(Path(args.heads) / n) for n in [*domains, "general"]]
+            heads = [EagleHead.from_pretrained(p, target=model).eval() for p in paths]
+            names = [Path(p).name for p in paths]
+        prompts = {d: load_domain(d, args.cache_dir).prompts[0] for d in domains}
+    except (ValueError, OSError) as err:  # store.CacheError is a ValueError
         ap.error(" ".join(str(err).split()))
-    heads = pool.heads  # the specialists in cfg.domains order, then the generalist
-    names = [h.config.extra["name"] for h in heads]
     tree = TreeConfig(depth=args.depth, top_k=args.top_k, total_tokens=args.total_tokens)
     methods = {f"fixed:{i}": f"{n} (fixed)" for i, n in enumerate(names)}
     methods |= {"exp3spec": "EXP3Spec", "ucbspec": "UCBSpec", "normalhedge": "HedgeSpec"}
@@ -108,8 +122,7 @@ def main(argv=None) -> None:
     print(f"\nall greedy outputs lossless: "
           f"{all(r[k]['lossless'] for r in records for k in methods)}")
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(json.dumps({"args": vars(args), "heads": names,
-                                          "paths": [str(pool.paths[n]) for n in names],
+    Path(args.out).write_text(json.dumps({"args": vars(args), "heads": names, "paths": paths,
                                           "records": records}, indent=1))
 
 

@@ -108,6 +108,8 @@ def draft_probs(target, last: torch.Tensor, d2t: torch.LongTensor,
 class FeatureSet:
     """Cached features in memory (float16), drawn from as padded batches of whole documents."""
 
+    _by_length: np.ndarray
+
     def __init__(self, ids: np.ndarray, features: np.ndarray, last: np.ndarray,
                  offsets: np.ndarray, starts: np.ndarray, labels: list[str], meta: dict):
         self.ids, self.features, self.last = ids, features, last
@@ -119,6 +121,12 @@ class FeatureSet:
     @property
     def tokens(self) -> int:
         return int(self.offsets[-1])
+
+    def trained_ids(self) -> np.ndarray:
+        """The tokens trained on (each document from its start): what a draft vocabulary is
+        counted on."""
+        return np.concatenate([self.ids[int(self.offsets[d]) + int(self.starts[d]):
+                                        int(self.offsets[d + 1])] for d in range(len(self))])
 
     def subset(self, keep: Sequence[int]) -> FeatureSet:
         """The documents ``keep`` (indices), e.g. one domain's."""
@@ -132,6 +140,16 @@ class FeatureSet:
 
     def domain(self, label: str) -> FeatureSet:
         return self.subset([d for d, x in enumerate(self.labels) if x == label])
+
+    def sample(self, batch_size: int, max_len: int, gen: torch.Generator) -> FeatureBatch:
+        """``batch_size`` documents of similar length (little padding): consecutive ones in
+        the order by length, from a uniform random place, wrapping round, so that every
+        document is drawn equally often."""
+        if not hasattr(self, "_by_length"):
+            self._by_length = np.argsort(np.diff(self.offsets), kind="stable")
+        p = int(torch.randint(0, len(self), (1,), generator=gen))
+        return self.batch([int(self._by_length[(p + i) % len(self)]) for i in range(batch_size)],
+                          max_len)
 
     def batch(self, docs: Sequence[int], max_len: int) -> FeatureBatch:
         """Documents ``docs`` cut to their first ``max_len`` tokens, right-padded."""

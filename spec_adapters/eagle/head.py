@@ -458,7 +458,7 @@ class EagleHead(nn.Module):
         rep = nh // kvh
         ka = k_all.repeat_interleave(rep, dim=1)
         va = v_all.repeat_interleave(rep, dim=1)
-        scores = (q @ ka.transpose(-1, -2)) / math.sqrt(d)
+        scores = (q / math.sqrt(d)) @ ka.transpose(-1, -2)  # scaled on q: T*d, not T*(P+T)
         scores = scores.masked_fill(~mask, torch.finfo(scores.dtype).min)
         att = torch.softmax(scores, dim=-1, dtype=torch.float32).to(q.dtype) @ va
         z = h + self.o_proj(att.transpose(1, 2).reshape(B, T, nh * d))

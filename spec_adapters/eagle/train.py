@@ -1,19 +1,27 @@
-"""Train an EAGLE head for a target on a token corpus (distillation + feature regression).
+r"""Train an EAGLE head for a target (distillation, EAGLE-3's training-time test, optional
+feature regression).
 
-Per step a batch of ``batch_size`` windows of ``seq_len`` tokens is drawn from the corpus; the
-frozen target computes, on the fly, its features ``f_t`` (the head's feature layers), its last
-hidden state and its next-token distribution. The head reads the pairs ``(f_t, e(x_{t+1}))``
-(teacher forcing, causal attention) and is trained with (EAGLE-1's objective)
+Two sources of batches, one trainer:
 
-.. math:: L = w_f \\,\\mathrm{SmoothL1}(z_t, h^{L}_{t+1})
-          + w_c \\,\\mathrm{CE}(p^{T}_{t+1}|_{V_d},\\; q_t),
+- a :class:`~.features.FeatureSet` (``hedgespec cache-features``): documents of similar length
+  (prompt + the target's answer, trained on the answer) with the target's features and last
+  hidden state read from the cache; the target is never run (3.3x the trained tokens per
+  second of the next source on 2 CPU cores, docs/eagle.md);
+- a flat token corpus: random windows of ``seq_len``, the frozen target run on each batch.
 
-the regression of its output hidden onto the target's last hidden state at ``t+1`` (which is
-what the head feeds itself when drafting deeper) and the cross-entropy of its draft-vocabulary
-distribution against the target's distribution on the draft vocabulary (distillation): by
-default the target's softmax over the draft-vocabulary logits only (renormalised; the output
-layer is applied to those rows only, ~18 % cheaper for SmolLM2-135M), with
-``full_vocab_distill=True`` the full-vocabulary softmax restricted to it. AdamW, gradient
+The head reads the pairs ``(f_t, e(x_{t+1}))`` (teacher forcing, causal attention) and, for
+``ttt_steps > 1``, is unrolled on its own outputs as it drafts (:func:`unrolled_logits`,
+EAGLE-3's training-time test). The loss (:func:`head_loss`) is
+
+.. math:: L = w_f \,\mathrm{SmoothL1}(z_t, h^{L}_{t+1})
+          + w_c \sum_{j<J} 0.8^{j}\,\mathrm{CE}(p^{T}_{t+1}|_{V_d},\; q^{(j)}_t),
+
+the regression of the step-0 output hidden onto the target's last hidden state at ``t+1``
+(EAGLE-1; EAGLE-3 drops it: ``w_f = 0``) and the cross-entropy of every unrolled step's
+draft-vocabulary distribution against the target's distribution on the draft vocabulary,
+recomputed from its last hidden state (:func:`~.features.draft_probs`: by default the softmax
+over the draft-vocabulary logits only, renormalised; ``full_vocab_distill=True`` the
+full-vocabulary softmax restricted to it); SpecForge's 0.8^j step weights. AdamW, gradient
 clipping, a tqdm progress bar, a held-out report every ``eval_every`` steps (top-1 agreement
 with the target's argmax = greedy gamma of a chain, and the target mass of the head's top-``k``
 = Theorem 2's gamma at a tree root).
@@ -23,8 +31,8 @@ Resumable: every ``checkpoint_every`` steps and at the end ``out_dir`` receives 
 calling :func:`train_head` again with the same ``out_dir`` continues from there, and the result
 is bit-identical to an uninterrupted run (same seed). Deterministic for a given seed.
 
-Cost: one target forward (no grad) plus one head forward/backward per step; the target
-dominates. See docs/eagle.md for measured step times and the estimate for SmolLM2-135M.
+Cost per step: ``ttt_steps`` head forward/backward passes, plus one target forward (no grad)
+when training from a corpus. See docs/eagle.md for measured step times.
 
 Token files for :func:`train_head` are read by :func:`load_token_ids` (``.npy``,
 ``.safetensors`` or text; pickles are refused). The command line is ``hedgespec train-head``
@@ -137,8 +145,7 @@ def _online_batch(target, corpus: torch.LongTensor, starts: list[int], seq_len: 
 def _windows(target, data, layers, seq_len: int, batch_size: int, gen: torch.Generator):
     """One training batch: random corpus windows (target run now) or cached documents."""
     if isinstance(data, FeatureSet):
-        return data.batch(torch.randint(0, len(data), (batch_size,), generator=gen).tolist(),
-                          seq_len)
+        return data.sample(batch_size, seq_len, gen)
     starts = torch.randint(0, data.numel() - seq_len + 1, (batch_size,), generator=gen)
     return _online_batch(target, data, starts.tolist(), seq_len, layers)
 
@@ -274,7 +281,7 @@ def train_head(target, data, out_dir=None, config: TrainConfig | None = None, he
         prm.requires_grad_(False)
     V = int(target.get_input_embeddings().weight.shape[0])
     if isinstance(data, FeatureSet):
-        corpus = torch.from_numpy(data.ids.astype(np.int64))
+        corpus = torch.from_numpy(data.trained_ids().astype(np.int64))
         feature_layers = tuple(data.meta["feature_layers"])
     else:
         corpus = data = _as_corpus(data)
