@@ -93,14 +93,14 @@ bench: $(STAMP)
 # step resumes where it stopped (run `make heads` again).
 HEADS_DIR   := results/heads
 HEADS_TRAIN := --ttt-steps 3 --feature-weight 0 --ce-weight 1 --draft-vocab-size 4096 \
-	--batch-size 8 --seq-len 320 --eval-every 100 --checkpoint-every 20 --threads 2
+	--batch-size 8 --seq-len 320 --eval-every 200 --checkpoint-every 20 --threads 2
 HEAD_DOMAINS := code math sql chemistry medicine biology news
 heads: $(STAMP)
 	$(BIN)/hedgespec cache-features --threads 2 --out $(HEADS_DIR)/features-train
 	$(BIN)/hedgespec cache-features --threads 2 --set heldout --out $(HEADS_DIR)/features-heldout
 	$(BIN)/hedgespec train-head --features $(HEADS_DIR)/features-train \
 		--heldout $(HEADS_DIR)/features-heldout --out $(HEADS_DIR)/general \
-		--steps 600 --lr 1e-3 $(HEADS_TRAIN)
+		--steps 1200 --lr 1e-3 $(HEADS_TRAIN)
 	for d in $(HEAD_DOMAINS); do \
 		$(BIN)/hedgespec train-head --features $(HEADS_DIR)/features-train --domain $$d \
 			--heldout $(HEADS_DIR)/features-heldout --init $(HEADS_DIR)/general \
