@@ -108,12 +108,11 @@ def draft_probs(target, last: torch.Tensor, d2t: torch.LongTensor,
 class FeatureSet:
     """Cached features in memory (float16), drawn from as padded batches of whole documents."""
 
-    _by_length: np.ndarray
-
     def __init__(self, ids: np.ndarray, features: np.ndarray, last: np.ndarray,
                  offsets: np.ndarray, starts: np.ndarray, labels: list[str], meta: dict):
         self.ids, self.features, self.last = ids, features, last
         self.offsets, self.starts, self.labels, self.meta = offsets, starts, labels, meta
+        self._by_length = np.argsort(np.diff(offsets), kind="stable")
 
     def __len__(self) -> int:
         return len(self.starts)
@@ -145,8 +144,6 @@ class FeatureSet:
         """``batch_size`` documents of similar length (little padding): consecutive ones in
         the order by length, from a uniform random place, wrapping round, so that every
         document is drawn equally often."""
-        if not hasattr(self, "_by_length"):
-            self._by_length = np.argsort(np.diff(self.offsets), kind="stable")
         p = int(torch.randint(0, len(self), (1,), generator=gen))
         return self.batch([int(self._by_length[(p + i) % len(self)]) for i in range(batch_size)],
                           max_len)
