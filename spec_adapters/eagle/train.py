@@ -221,8 +221,9 @@ def evaluate_head(head: EagleHead, target, heldout, seq_len: int = 128, max_toke
         batches = (heldout.batch([d], seq_len) for d in range(len(heldout)))
     else:
         tokens = _as_corpus(heldout)[:max_tokens]
-        batches = (_online_batch(target, tokens, [w * seq_len], seq_len, layers)
-                   for w in range(max(1, tokens.numel() // seq_len)) if seq_len >= 3)
+        starts = range(0, max(1, tokens.numel() // seq_len) * seq_len, seq_len)
+        batches = (_online_batch(target, tokens, [s], seq_len, layers) for s in starts
+                   if tokens[s:s + seq_len].numel() >= 3)  # a head row needs 3 tokens
     hits = mass = count = 0.0
     for batch in batches:
         if count >= max_tokens:
