@@ -191,8 +191,9 @@ def test_every_main_record_times_each_new_token(run):
         times = r["token_seconds"]
         assert len(times) == r["new_tokens"] == len(r["tokens"]), r["method"]
         # a decoder's seconds start inside generate, after its argument checks: the clock
-        # started before the call may run a little past them
-        assert times == sorted(times) and times[0] > 0 and times[-1] <= r["seconds"] + 5e-3
+        # started before the call may run a little past them (18 ms seen on a loaded CI
+        # machine, so the margin is 0.1 s: what it guards is a clock of another run)
+        assert times == sorted(times) and times[0] > 0 and times[-1] <= r["seconds"] + 0.1
         if "timing" in r:
             assert len(set(times)) <= r["target_calls"]
     for t in summary["main"].values():
