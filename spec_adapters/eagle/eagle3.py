@@ -38,7 +38,8 @@ import torch
 
 from .target_info import embedding_fingerprint, target_name
 
-__all__ = ["ARCHITECTURE", "load_eagle3", "save_eagle3"]
+__all__ = ["ARCHITECTURE", "eagle3_config", "eagle3_head", "eagle3_state", "load_eagle3",
+           "save_eagle3"]
 
 ARCHITECTURE = "LlamaForCausalLMEagle3"
 CONFIG_FILE = "config.json"
@@ -66,14 +67,23 @@ _UNSUPPORTED = {"norm_before_residual": True, "norm_before_fc": True, "attention
 
 
 def eagle3_feature_layers(config: dict, num_target_layers: int) -> tuple[int, ...]:
-    """The ``output_hidden_states`` indices an EAGLE-3 checkpoint fuses, in capture order."""
+    """The ``output_hidden_states`` indices an EAGLE-3 checkpoint fuses, in the order ``fc``
+    reads them.
+
+    Distinct layers are fused in layer order, as vLLM and SGLang capture them (``if idx in
+    aux_layers`` while running the layers). Coinciding layers (a shallow target: ``2, N//2,
+    N-3`` is ``2, 2, 1`` for ``N = 4``) are fused as listed, the same layer twice: that is what
+    SpecForge's transformers backend trains (it asserts three layers and gathers
+    ``hidden_states[id + 1]`` for each listed id), and the only trainer whose ``fc`` reads
+    three features there; vLLM's capture would hand such a head two (docs/eagle.md).
+    """
     ids = (config.get("eagle_config") or {}).get("eagle_aux_hidden_state_layer_ids")
     N = int(num_target_layers)
-    layers = sorted(int(i) + 1 for i in ids) if ids else [2, N // 2, N - 3]
-    if len(set(layers)) != len(layers) or not all(1 <= i <= N for i in layers):
-        raise ValueError(f"EAGLE-3 feature layers {layers} are not distinct layers of a "
-                         f"{N}-layer target")
-    return tuple(layers)
+    layers = [int(i) + 1 for i in ids] if ids else [2, N // 2, N - 3]
+    if not all(0 <= i <= N for i in layers):
+        raise ValueError(f"EAGLE-3 feature layers {layers} are not layers of a {N}-layer "
+                         f"target (output_hidden_states indices 0..{N})")
+    return tuple(sorted(layers) if len(set(layers)) == len(layers) else layers)
 
 
 def _config(cfg: dict, target, config_class: type):
@@ -190,9 +200,18 @@ def load_eagle3(path: str | os.PathLike, target, head_class: type) -> torch.nn.M
     path = Path(path)
     if not (path / CONFIG_FILE).is_file():
         raise ValueError(f"{path} has no {CONFIG_FILE}: not an EAGLE-3 checkpoint")
-    cfg = _config(json.loads((path / CONFIG_FILE).read_text()), target,
-                  head_class.config_class)
-    state = _read_weights(path)
+    return eagle3_head(json.loads((path / CONFIG_FILE).read_text()), _read_weights(path),
+                       target, head_class)
+
+
+def eagle3_head(config: dict, state: dict[str, torch.Tensor], target,
+                head_class: type) -> torch.nn.Module:
+    """The head a published-format ``config`` (``config.json``'s contents) and ``state`` (its
+    weights, published names) describe, bound to ``target``: :func:`load_eagle3` once the
+    files are read (the shipped heads, :mod:`.shipped`, assemble ``state`` themselves).
+    Raises ``ValueError`` as :func:`load_eagle3` does."""
+    cfg = _config(config, target, head_class.config_class)
+    state = dict(state)
     if "embed_tokens.weight" in state:
         _check_embeddings(state.pop("embed_tokens.weight"), target)
     Vd, V = cfg.draft_vocab_size, cfg.target_vocab_size
@@ -247,6 +266,14 @@ def save_eagle3(head: torch.nn.Module, path: str | os.PathLike) -> None:
     """
     from safetensors.torch import save_file
 
+    path = Path(path)
+    path.mkdir(parents=True, exist_ok=True)
+    save_file(eagle3_state(head), str(path / WEIGHTS_FILE), metadata={"format": "pt"})
+    (path / CONFIG_FILE).write_text(json.dumps(eagle3_config(head), indent=2, sort_keys=True))
+
+
+def eagle3_config(head: torch.nn.Module) -> dict:
+    """``head``'s published ``config.json`` (see :func:`save_eagle3`)."""
     c = head.config
     cfg = {
         "architectures": [ARCHITECTURE],
@@ -275,6 +302,13 @@ def save_eagle3(head: torch.nn.Module, path: str | os.PathLike) -> None:
         cfg["fc_norm"] = True
     if c.norm_output:
         cfg["norm_output"] = True
+    return cfg
+
+
+def eagle3_state(head: torch.nn.Module) -> dict[str, torch.Tensor]:
+    """``head``'s weights under their published names, with ``d2t`` as offsets and ``t2d``
+    (contiguous CPU tensors, what ``model.safetensors`` holds)."""
+    c = head.config
     inverse = {v: k for k, v in _RENAME.items()}
     state = {inverse.get(k, k): v for k, v in head.state_dict().items() if k != "d2t"}
     d2t = head.d2t.detach().cpu()
@@ -282,8 +316,4 @@ def save_eagle3(head: torch.nn.Module, path: str | os.PathLike) -> None:
     t2d = torch.zeros(c.target_vocab_size, dtype=torch.bool)
     t2d[d2t] = True
     state["t2d"] = t2d
-    path = Path(path)
-    path.mkdir(parents=True, exist_ok=True)
-    save_file({k: v.detach().contiguous().cpu() for k, v in state.items()},
-              str(path / WEIGHTS_FILE), metadata={"format": "pt"})
-    (path / CONFIG_FILE).write_text(json.dumps(cfg, indent=2, sort_keys=True))
+    return {k: v.detach().contiguous().cpu() for k, v in state.items()}

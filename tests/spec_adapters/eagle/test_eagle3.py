@@ -176,6 +176,30 @@ def test_specforge_embed_tokens_and_layer_ids(tmp_path, target):
                                      cfg), target)
 
 
+def test_a_shallow_targets_coinciding_layers_are_fused_as_specforge_lists_them(tmp_path):
+    shallow = make_tiny_llama(V, seed=4, hidden_size=H, num_hidden_layers=4)
+    w = _weights(6)
+    head = EagleHead.from_eagle3(_write(tmp_path / "ck", w, _config()), shallow)
+    assert head.config.feature_layers == (2, 2, 1)  # 2, N//2, N-3: layer 2 twice, as listed
+    seq = torch.randint(3, V, (9,), generator=torch.Generator().manual_seed(5))
+    fused, feats = _fused(w, shallow, seq[:-1], layers=(2, 2, 1))
+    with torch.no_grad():
+        logits, _, _, _ = head(feats[None], head.embed(seq[1:])[None], torch.arange(8),
+                               fuse=True)
+    ref_logits, _ = _reference(w, _emb(shallow, seq[1:]), fused)
+    torch.testing.assert_close(logits[0].double(), ref_logits, atol=2e-5, rtol=1e-5)
+    # SpecForge's default ids for N = 4 (1, N//2 - 1, N - 4) name the same layers
+    ids = _config(eagle_config={"eagle_aux_hidden_state_layer_ids": [1, 1, 0]})
+    again = EagleHead.from_eagle3(_write(tmp_path / "ids", w, ids), shallow)
+    assert again.config.feature_layers == (2, 2, 1)
+    again.save_eagle3(tmp_path / "out")  # and written back as the same ids
+    out = json.loads((tmp_path / "out" / "config.json").read_text())
+    assert out["eagle_config"]["eagle_aux_hidden_state_layer_ids"] == [1, 1, 0]
+    with pytest.raises(ValueError, match="not layers of a 4-layer target"):
+        EagleHead.from_eagle3(_write(tmp_path / "bad", w, _config(
+            eagle_config={"eagle_aux_hidden_state_layer_ids": [1, 1, 4]})), shallow)
+
+
 def test_save_then_load_is_exact(tmp_path, target):
     for fc_norm in (False, True):
         w = _weights(3, fc_norm=fc_norm)
