@@ -89,8 +89,10 @@ bench: $(STAMP)
 
 # EAGLE-3 heads from cached target features (docs/eagle.md "Heads from cached features"): one
 # target pass over the distilled answers and the held-out answers, a generalist on every
-# domain, one specialist per domain fine-tuned from it, then the head x domain matrix. Every
-# step resumes where it stopped (run `make heads` again).
+# domain, one specialist per domain fine-tuned from it (its decoder layer only: it shares the
+# generalist's fc / lm_head), the head x domain matrix, then the int8 heads shipped in
+# data/heads/<target-id> (ship-heads) and their matrix. Every step resumes where it stopped
+# (run `make heads` again); ~75 min on 2 cores.
 HEADS_DIR   := results/heads
 HEADS_TRAIN := --ttt-steps 3 --feature-weight 0 --ce-weight 1 --draft-vocab-size 4096 \
 	--batch-size 8 --seq-len 320 --eval-every 200 --checkpoint-every 20 --threads 2
@@ -104,10 +106,14 @@ heads: $(STAMP)
 	for d in $(HEAD_DOMAINS); do \
 		$(BIN)/hedgespec train-head --features $(HEADS_DIR)/features-train --domain $$d \
 			--heldout $(HEADS_DIR)/features-heldout --init $(HEADS_DIR)/general \
-			--out $(HEADS_DIR)/$$d --steps 80 --lr 3e-4 --warmup 0 $(HEADS_TRAIN) || exit 1; \
+			--out $(HEADS_DIR)/$$d --steps 80 --lr 3e-4 --warmup 0 --midlayer-only \
+			$(HEADS_TRAIN) || exit 1; \
 	done
 	$(BIN)/python benchmarks/eagle_heads.py --heads $(HEADS_DIR) \
 		--heldout $(HEADS_DIR)/features-heldout --k 4 --out $(HEADS_DIR)/matrix.json
+	$(BIN)/hedgespec ship-heads --heads $(HEADS_DIR)
+	$(BIN)/python benchmarks/eagle_heads.py --shipped \
+		--heldout $(HEADS_DIR)/features-heldout --k 4 --out $(HEADS_DIR)/matrix-shipped.json
 
 proofs: $(STAMP)
 	$(BIN)/python -m proofs_check

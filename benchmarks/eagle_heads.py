@@ -1,12 +1,13 @@
 """The specialist matrix (the paper's Table 1 on this target): head x domain MAT, greedy chain.
 
 Every head in ``--heads`` (``general/`` and one folder per domain, as ``make heads`` trains
-them) is replayed on the target's own greedy answers to the held-out benchmark prompts
-(``hedgespec cache-features --set heldout``) with :func:`spec_adapters.eagle.acceptance.chain_mat`:
-greedy chain speculation of depth ``--k``, no target call (the answers and the verification
-features are cached). Prints the MAT matrix (rows: heads, columns: held-out domains, pooled
-over each domain's answers), each specialist's diagonal against the generalist in its domain,
-the teacher-forced top-1 agreement and the draft vocabulary's coverage of the held-out answer
+them; or ``--shipped``: the int8 heads ``hedgespec ship-heads`` wrote) is replayed on the
+target's own greedy answers to the held-out benchmark prompts (``hedgespec cache-features
+--set heldout``) with :func:`spec_adapters.eagle.acceptance.chain_mat`: greedy chain
+speculation of depth ``--k``, no target call (the answers and the verification features are
+cached). Prints the MAT matrix (rows: heads, columns: held-out domains, pooled over each
+domain's answers), each specialist's diagonal against the generalist in its domain, the
+teacher-forced top-1 agreement and the draft vocabulary's coverage of the held-out answer
 tokens; writes everything to ``--out`` (JSON).
 
     .venv/bin/python benchmarks/eagle_heads.py --heads results/heads \
@@ -23,9 +24,11 @@ import numpy as np
 import torch
 
 from spec_adapters.app.args import OneLineParser, int_arg
+from spec_adapters.app.heads import shipped_heads_folder
 from spec_adapters.eagle import EagleHead
 from spec_adapters.eagle.acceptance import chain_mat, pooled_mat
 from spec_adapters.eagle.features import load_features
+from spec_adapters.eagle.shipped import load_shipped
 from spec_adapters.eagle.train import evaluate_head
 from spec_adapters.hf.models import load_target
 
@@ -33,7 +36,11 @@ from spec_adapters.hf.models import load_target
 def main(argv=None) -> None:
     ap = OneLineParser(description=__doc__.splitlines()[0])
     ap.add_argument("--target", default=None, help="model folder or .gguf (default SmolLM2-135M)")
-    ap.add_argument("--heads", required=True, help="folder of head folders (general, <domain>)")
+    src = ap.add_mutually_exclusive_group(required=True)
+    src.add_argument("--heads", help="folder of trained head folders (general, <domain>)")
+    src.add_argument("--shipped", nargs="?", const="", metavar="DIR",
+                     help="a shipped heads folder (hedgespec ship-heads: int8, manifest); "
+                          "no DIR: the repository's, data/heads/<target-id>")
     ap.add_argument("--heldout", required=True, help="cache-features --set heldout folder")
     ap.add_argument("--k", type=int_arg(1), default=4, help="chain depth (default 4)")
     ap.add_argument("--max-tokens", type=int_arg(1), default=None,
@@ -43,15 +50,18 @@ def main(argv=None) -> None:
     args = ap.parse_args(argv)
     torch.set_num_threads(args.threads)
     try:
-        model, _tok = load_target(args.target)
+        model, tok = load_target(args.target)
         held = load_features(args.heldout, model)
-        folders = sorted(p for p in Path(args.heads).iterdir()
-                         if (p / "eagle_config.json").is_file())
-        heads = {p.name: EagleHead.from_pretrained(p, target=model).eval() for p in folders}
+        if args.shipped is not None:
+            heads = load_shipped(args.shipped or shipped_heads_folder(model, tok), model)
+        else:
+            folders = sorted(p for p in Path(args.heads).iterdir()
+                             if (p / "eagle_config.json").is_file())
+            heads = {p.name: EagleHead.from_pretrained(p, target=model).eval() for p in folders}
     except (ValueError, OSError) as err:
         ap.error(" ".join(str(err).split()))
     if "general" not in heads:
-        ap.error(f"{args.heads} has no general/ head")
+        ap.error(f"{args.heads or args.shipped} has no general head")
     domains = list(dict.fromkeys(held.labels))
     answer_ids = {d: held.domain(d).trained_ids() for d in domains}
     matrix, rows = {}, {}

@@ -313,6 +313,10 @@ class EagleHead(nn.Module):
     """
 
     config_class = EagleHeadConfig  # what eagle3.load_eagle3 builds the config as
+    # EAGLE-3's ``midlayer`` (the one decoder layer); the rest (fc, fc_norm, norm, lm_head, d2t)
+    # is what a specialist trained with ``TrainConfig.midlayer_only`` shares with its base
+    MIDLAYER = ("norm_e", "norm_h", "q_proj", "k_proj", "v_proj", "o_proj", "norm_post",
+                "gate_proj", "up_proj", "down_proj")
 
     def __init__(self, config: EagleHeadConfig, d2t: torch.Tensor | None = None):
         super().__init__()
@@ -353,6 +357,11 @@ class EagleHead(nn.Module):
         super()._apply(fn, recurse)
         self.inv_freq = rope_inv_freq(self.config).to(self.d2t.device)
         return self
+
+    @classmethod
+    def in_midlayer(cls, name: str) -> bool:
+        """Whether state-dict key ``name`` belongs to the decoder layer (:attr:`MIDLAYER`)."""
+        return name.split(".")[0] in cls.MIDLAYER
 
     # ------------------------------------------------------------------ target binding
     def check_target(self, target) -> None:

@@ -310,7 +310,10 @@ def train_head(target, data, out_dir=None, config: TrainConfig | None = None, he
                          f"{head.config.feature_layers}")
     device = next(target.parameters()).device
     head.to(device).train()
-    opt = torch.optim.AdamW(head.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
+    for name, prm in head.named_parameters():
+        prm.requires_grad_(not cfg.midlayer_only or head.in_midlayer(name))
+    params = [p for p in head.parameters() if p.requires_grad]
+    opt = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=cfg.weight_decay)
     gen = torch.Generator().manual_seed(cfg.seed)
     step, history = 0, []
     if state is not None:
@@ -332,7 +335,7 @@ def train_head(target, data, out_dir=None, config: TrainConfig | None = None, he
         loss, reg, ce = head_loss(head, target, batch, cfg)
         opt.zero_grad(set_to_none=True)
         loss.backward()
-        torch.nn.utils.clip_grad_norm_(head.parameters(), cfg.grad_clip)
+        torch.nn.utils.clip_grad_norm_(params, cfg.grad_clip)
         opt.step()
         step += 1
         rec = {"step": step, "loss": float(loss.detach()), "reg": reg, "ce": ce, "lr": lr,

@@ -26,6 +26,7 @@ class TrainConfig:
     ce_weight: float = 0.1
     full_vocab_distill: bool = False
     ttt_steps: int = 1
+    midlayer_only: bool = False
     grad_clip: float = 1.0
     draft_vocab_size: int = 8192
     eval_every: int = 100

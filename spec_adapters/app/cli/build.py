@@ -22,8 +22,9 @@ from spec_adapters.app.distill.answers import DistillConfig
 from spec_adapters.eagle.train_config import TrainConfig
 
 __all__ = ["TRAIN_HEAD_TYPES", "add_cache_features", "add_distill", "add_prepare_data",
-           "add_train_drafters", "add_train_head", "cmd_cache_features", "cmd_distill",
-           "cmd_prepare_data", "cmd_train_drafters", "cmd_train_head"]
+           "add_ship_heads", "add_train_drafters", "add_train_head", "cmd_cache_features",
+           "cmd_distill", "cmd_prepare_data", "cmd_ship_heads", "cmd_train_drafters",
+           "cmd_train_head"]
 
 # the range of every numeric TrainConfig field, as its train-head option accepts it
 TRAIN_HEAD_TYPES = {
@@ -34,6 +35,8 @@ TRAIN_HEAD_TYPES = {
     "eval_every": int_arg(1), "eval_tokens": int_arg(2), "eval_top_k": int_arg(1),
     "checkpoint_every": int_arg(1), "seed": int_arg(0, MAX_SEED), "ttt_steps": int_arg(1),
 }
+# what ship-heads records as the command that rebuilds the shipped heads
+SHIP_COMMAND = "make heads  (Makefile: cache-features, train-head x 8, ship-heads)"
 
 
 def add_prepare_data(sub) -> None:
@@ -236,4 +239,40 @@ def cmd_train_head(args: argparse.Namespace) -> int:
     except ValueError as err:
         raise UserError(f"train-head: {err}") from None
     print(json.dumps(hist[-1] if hist else {}, indent=2))
+    return 0
+
+
+def add_ship_heads(sub) -> None:
+    """``hedgespec ship-heads``."""
+    s = add_command(sub, "ship-heads", cmd_ship_heads, domains=False)
+    s.add_argument("--heads", required=True, type=existing_arg,
+                   help="a folder of trained heads: general/ and one folder per specialist")
+    s.add_argument("--out", default=None, type=folder_arg,
+                   help="where the shipped folder goes (default: the repository's "
+                        "data/heads/<target-id>)")
+
+
+def cmd_ship_heads(args: argparse.Namespace) -> int:
+    """Quantise the trained heads into a shipped folder; print its files and sizes."""
+    from pathlib import Path
+
+    from spec_adapters.app.heads import shipped_heads_folder
+    from spec_adapters.eagle import EagleHead
+    from spec_adapters.eagle.head import CONFIG_NAME
+    from spec_adapters.eagle.shipped import ship_heads
+
+    model, tok = target_from_args(args)
+    folders = sorted(p for p in Path(args.heads).iterdir() if (p / CONFIG_NAME).is_file())
+    out = Path(args.out) if args.out is not None else shipped_heads_folder(model, tok)
+    try:
+        heads = {p.name: EagleHead.from_pretrained(p, target=model) for p in folders}
+        manifest = ship_heads(heads, out, SHIP_COMMAND)
+    except ValueError as err:
+        raise UserError(f"ship-heads: {err}") from None
+    total = 0
+    for name in manifest["heads"]:
+        size = sum(f.stat().st_size for f in (out / name).iterdir())
+        total += size
+        print(f"  {name:10} {size / 1e6:6.2f} MB")
+    print(f"{len(manifest['heads'])} heads, {total / 1e6:.1f} MB in {out}")
     return 0

@@ -8,6 +8,7 @@
     hedgespec train-drafters             build the drafter pool (reuses what is cached)
     hedgespec cache-features --out DIR   the target's features over its answers (resumable)
     hedgespec train-head                 train one EAGLE head (token file or cached features)
+    hedgespec ship-heads --heads DIR     trained heads -> int8, SHA-256 manifest (data/heads)
     hedgespec bench --preset small       the benchmark behind docs/benchmark.md
     hedgespec generate --prompt "..."    stream a reply, showing which drafter drafted what
     hedgespec serve --port 8000          vLLM's OpenAI server, speculating with HedgeSpec
@@ -22,7 +23,7 @@ stderr and exit status 2.
 
 This module holds the parser and the error handling; each command's options and its function
 are in :mod:`~spec_adapters.app.cli.build` (prepare-data, distill, train-drafters, cache-features,
-train-head),
+train-head, ship-heads),
 :mod:`~spec_adapters.app.cli.generate`, :mod:`~spec_adapters.app.cli.bench` (bench, demo) and
 :mod:`~spec_adapters.app.cli.vllm` (serve, bench-vllm), over what
 :mod:`~spec_adapters.app.cli.common` sets up for them.
@@ -40,6 +41,7 @@ from spec_adapters.app.cli.build import (
     add_cache_features,
     add_distill,
     add_prepare_data,
+    add_ship_heads,
     add_train_drafters,
     add_train_head,
 )
@@ -51,7 +53,7 @@ __all__ = ["COMMANDS", "build_parser", "main"]
 
 # each adds its subcommand (options, help, the function that runs it), in the order of --help
 COMMANDS = (add_demo, add_prepare_data, add_distill, add_train_drafters, add_cache_features,
-            add_train_head,
+            add_train_head, add_ship_heads,
             add_bench, add_generate, add_serve, add_bench_vllm)
 
 

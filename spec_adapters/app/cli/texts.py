@@ -43,6 +43,13 @@ COMMAND_TEXTS: dict[str, tuple[str, str]] = {
         "Trains (or resumes) one EAGLE head for the target on a token-id file (the target run "
         "every step) or on a cache-features folder (the target never run; --domain for a "
         "specialist, --init to fine-tune from a head) (spec_adapters.eagle.train.train_head)."),
+    "ship-heads": (
+        "quantise trained EAGLE heads into a folder small enough to commit",
+        "Reads general/ and the specialists beside it (trained with --midlayer-only from it) "
+        "and writes the published EAGLE-3 layout with int8 weights (one scale per row), the "
+        "specialists as their decoder layer only, and manifest.json (target fingerprint, "
+        "SHA-256 of every file, the command that rebuilds them) "
+        "(spec_adapters.eagle.shipped)."),
     "bench": (
         "the benchmark of docs/benchmark.md (resumable)",
         "Table 1, the main table (mixed stream + per domain, greedy and sampled), router "

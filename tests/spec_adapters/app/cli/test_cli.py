@@ -5,6 +5,7 @@ and tiny prepared domains."""
 from __future__ import annotations
 
 import json
+import shutil
 
 import pytest
 import torch
@@ -13,7 +14,7 @@ from spec_adapters.app.cli import build_parser, main
 from tests.spec_adapters.app.cli.tiny_cli import DOMS, tiny_world, world_args
 
 COMMANDS = ("demo", "prepare-data", "distill", "train-drafters", "cache-features",
-            "train-head", "bench", "generate")
+            "train-head", "ship-heads", "bench", "generate")
 
 
 @pytest.fixture(scope="module")
@@ -52,6 +53,8 @@ def test_heads_from_cached_features_generalist_then_specialist(tiny, capsys):
     the cache, a specialist fine-tuned from it on one domain; bad combinations are one line."""
     from spec_adapters.eagle import EagleHead
     from spec_adapters.eagle.features import load_features
+    from spec_adapters.eagle.shipped import load_shipped
+    from spec_adapters.hf.models import load_target
 
     root, folder = tiny
     feats, held = root / "feats", root / "held"
@@ -79,6 +82,21 @@ def test_heads_from_cached_features_generalist_then_specialist(tiny, capsys):
     assert "has no documents of domain 'poetry'" in capsys.readouterr().err
     with pytest.raises(SystemExit):  # --corpus and --features exclude each other
         main([*base, "--corpus", str(feats / "features.json"), "--out", str(root / "x")])
+    # shipped: a specialist must share the generalist's fc / lm_head (--midlayer-only)
+    ship = ["ship-heads", "--target", str(folder), "--cache-dir", str(root / "cache"),
+            "--heads", str(root), "--out", str(root / "shipped")]
+    assert main(ship) == 2
+    assert "head 'code' does not share" in capsys.readouterr().err
+    assert not (root / "shipped").exists()
+    assert main([*base, "--domain", "math", "--init", str(root / "general"), "--midlayer-only",
+                 "--out", str(root / "math")]) == 0
+    shutil.rmtree(root / "code")
+    capsys.readouterr()
+    assert main(ship) == 0
+    assert "2 heads" in capsys.readouterr().out
+    heads = load_shipped(root / "shipped", load_target(str(folder))[0])
+    assert list(heads) == ["general", "math"]
+    torch.testing.assert_close(heads["math"].lm_head.weight, heads["general"].lm_head.weight)
 
 
 def test_help_lists_every_command(capsys):
