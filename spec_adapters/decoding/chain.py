@@ -1,5 +1,9 @@
 """HedgeSpec single-draft speculative decoding on transformers models.
 
+A pool may mix kinds: n-gram, suffix and prompt-lookup drafters, small transformers models and
+EAGLE heads (``spec_adapters.eagle.chain.HeadDrafters``: drafters that also read the target's
+features, which :meth:`ChainScheme.verify` takes from the same verification pass).
+
 The round is :class:`spec_adapters.decoding.loop.RoundLoop`'s; :class:`ChainScheme` supplies
 its single-draft steps:
 
@@ -76,11 +80,19 @@ class ChainScheme:
         self.target, self.drafters, self.draft_length = target, drafters, k
         self.names = [d.name for d in drafters]
         self._synced: list[int] = []  # verified tokens each drafter has appended
+        # drafters that read target features (EAGLE heads): always extended, with the features
+        self.readers = {i for i, d in enumerate(drafters) if _feature_layers(d) is not None}
+        if self.readers and target.feature_layers is None:
+            raise ValueError("drafters that read target features need a TargetModel built "
+                             "with their feature_layers")
 
     def start(self, prompt: torch.LongTensor) -> None:
-        self.target.prefill(prompt)
-        for drafter in self.drafters:
-            drafter.start(prompt)
+        features = self.target.prefill(prompt)
+        for i, drafter in enumerate(self.drafters):
+            if i in self.readers:
+                drafter.start(prompt, features)
+            else:
+                drafter.start(prompt)
         self._synced = [prompt.numel()] * len(self.drafters)
 
     def draft(self, i: int, q: Query, k: int) -> Proposal:
@@ -103,8 +115,13 @@ class ChainScheme:
         one plain target step)."""
         tokens, dists = draft
         length = len(q.seq)
+        last, feats = torch.tensor([q.seq[-1]]), None
+        if self.readers:  # the same pass also yields the features heads read
+            logits, feats = self.target.verify_features(last, tokens)
+        else:
+            logits = self.target.verify(last, tokens)
         # p is valid by construction (SamplingConfig.probs), q was checked by draft()
-        p = q.sampling.probs(self.target.verify(torch.tensor([q.seq[-1]]), tokens))
+        p = q.sampling.probs(logits)
         n_accepted, nxt = speculative_accept(p, dists, tokens, q.gen, validate=False)
         self.target.crop(length + n_accepted)  # cache = new sequence minus its last token
         block = None
@@ -113,30 +130,37 @@ class ChainScheme:
             block = 0.0 if n == 0 else float(
                 acceptance_probability(p[:n], dists, validate=False).sum()) / self.draft_length
         return Verdict(n_accepted, [*tokens[:n_accepted].tolist(), int(nxt)], p[:n_accepted + 1],
+                       None if feats is None else feats[:n_accepted + 1],
                        drafted=int(tokens.numel()), block_gamma=block)
 
     def evaluate(self, verdict: Verdict, q: Query, counterfactual: bool
                  ) -> tuple | None:
         """Every drafter appends the verified tokens; gamma, rho and where each abstains, at
-        each of them (greedy: :func:`~spec_adapters.selection.book.greedy_stats`, numpy)."""
-        if not counterfactual:
-            return None
+        each of them (greedy: :func:`~spec_adapters.selection.book.greedy_stats`, numpy).
+        Without ``counterfactual`` only the feature readers append (they have no lazy
+        catch-up: the features of earlier rounds are gone)."""
         new = torch.tensor(verdict.tokens)
+        if not counterfactual:
+            for i in self.readers:
+                self._extend_argmax(i, new, len(q.seq), verdict.features)
+            return None
         if q.sampling.greedy:  # every q a point mass at its argmax: gamma = rho = 1{d = x}
-            drafts = np.stack([self._extend_argmax(i, new, len(q.seq))
+            drafts = np.stack([self._extend_argmax(i, new, len(q.seq), verdict.features)
                                for i in range(len(self.drafters))])
             return greedy_stats(drafts, new.numpy())
-        dists = [warp(self._extend(i, new, len(q.seq)), q.sampling).to(verdict.p.device)
-                 for i in range(len(self.drafters))]
+        dists = [warp(self._extend(i, new, len(q.seq), verdict.features), q.sampling
+                      ).to(verdict.p.device) for i in range(len(self.drafters))]
         return position_stats(verdict.p, dists, new.to(verdict.p.device))
 
     def stats(self) -> dict:
         return {}
 
-    def _extend(self, i: int, tokens: torch.LongTensor, synced: int) -> torch.Tensor | Rows:
-        """Drafter ``i`` appends ``tokens``; its predictions of them: logits ``(m, V)`` or a
-        form with ``m`` rows."""
-        pred = self.drafters[i].extend(tokens)
+    def _extend(self, i: int, tokens: torch.LongTensor, synced: int, features=None
+                ) -> torch.Tensor | Rows:
+        """Drafter ``i`` appends ``tokens`` (a feature reader: with their ``features``); its
+        predictions of them: logits ``(m, V)`` or a form with ``m`` rows."""
+        pred = self.drafters[i].extend(tokens, features) if i in self.readers else \
+            self.drafters[i].extend(tokens)
         shape = (tokens.numel(), self.target.vocab_size)
         if isinstance(pred, Rows):
             got = (*pred.lead, pred.vocab_size)
@@ -148,13 +172,14 @@ class ChainScheme:
         self._synced[i] = synced
         return pred
 
-    def _extend_argmax(self, i: int, tokens: torch.LongTensor, synced: int) -> np.ndarray:
+    def _extend_argmax(self, i: int, tokens: torch.LongTensor, synced: int, features=None
+                       ) -> np.ndarray:
         """Drafter ``i`` appends ``tokens``; the argmax of its prediction of each (``-1``: it
         abstains), by its ``extend_argmax`` where it has one, else ``warp(extend, greedy)``."""
         fast = getattr(self.drafters[i], GREEDY_VERB, None)
         if fast is None:
-            return warp(self._extend(i, tokens, synced), GREEDY).tokens.cpu().numpy()
-        top = fast(tokens.numpy())
+            return warp(self._extend(i, tokens, synced, features), GREEDY).tokens.cpu().numpy()
+        top = fast(tokens.numpy(), features) if i in self.readers else fast(tokens.numpy())
         if not isinstance(top, np.ndarray) or top.shape != (tokens.numel(),) \
                 or top.dtype.kind not in "iu":
             got = top.shape if isinstance(top, np.ndarray) else type(top).__name__
@@ -199,6 +224,12 @@ class ChainScheme:
         return rows
 
 
+def _feature_layers(drafter) -> tuple[int, ...] | None:
+    """The target layers a drafter reads (EAGLE heads' ``feature_layers``), else ``None``."""
+    layers = getattr(drafter, "feature_layers", None)
+    return None if layers is None else tuple(layers)
+
+
 def _describe(x) -> str:
     return f"dtype {x.dtype}" if isinstance(x, torch.Tensor) else type(x).__name__
 
@@ -219,10 +250,12 @@ class HedgeSpecDecoder(RoundLoop):
         :class:`~spec_adapters.drafters.Drafter` objects, transformers causal LMs (wrapped as
         :class:`~spec_adapters.drafters.HFDrafter`) or
         :class:`~spec_adapters.drafters.StackedHFDrafters` groups (expanded into their members,
-        evaluated in one batched pass); all share the target's vocabulary. Each slot needs its
-        own object: the same object twice is refused (it would share its context between two
-        slots). Or :class:`~spec_adapters.eagle.EagleHead` objects, every one trained for
-        ``target``. Not both kinds in one pool.
+        evaluated in one batched pass) or ``spec_adapters.eagle.chain.HeadDrafters`` groups
+        (EAGLE heads drafting chains, evaluated in one batched pass, reading the target
+        features of the verification pass); all share the target's vocabulary. Each slot needs
+        its own object: the same object twice is refused (it would share its context between
+        two slots). Or :class:`~spec_adapters.eagle.EagleHead` objects, every one trained for
+        ``target``: draft trees (not mixed with other drafters).
     draft_length : int, optional
         ``K >= 1`` tokens drafted per round (the depth of a tree); default 5, for heads
         ``tree.depth``.
@@ -280,4 +313,10 @@ class HedgeSpecDecoder(RoundLoop):
         target = target if isinstance(target, TargetModel) else TargetModel(target)
         drafters = [as_drafter(d, i) for i, d in enumerate(drafters)]
         check_vocab(drafters, target.vocab_size)
+        layers = {_feature_layers(d) for d in drafters} - {None}
+        if len(layers) > 1:
+            raise ValueError(f"the pool's feature-reading drafters read different target "
+                             f"layers {sorted(layers)}: one verification pass captures one set")
+        if layers:
+            target = target.reading(layers.pop())
         return ChainScheme(target, drafters, int(k))

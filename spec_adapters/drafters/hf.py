@@ -298,10 +298,13 @@ class _StackedMember:
 
 
 def expand_drafters(drafters) -> list:
-    """Flatten :class:`StackedHFDrafters` groups into their members; keep the rest."""
+    """Flatten drafter groups (:class:`StackedHFDrafters`, ``spec_adapters.eagle.chain.
+    HeadDrafters``: objects with ``members`` that are not drafters themselves) into their
+    members; keep the rest."""
     out = []
     for d in drafters:
-        out.extend(d.members if isinstance(d, StackedHFDrafters) else [d])
+        members = getattr(d, "members", None)
+        out.extend(members if members is not None and not isinstance(d, Drafter) else [d])
     return out
 
 

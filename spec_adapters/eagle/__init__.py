@@ -1,4 +1,5 @@
-"""EAGLE-style draft heads, draft trees, tree gamma and the tree scheme of the round loop.
+"""EAGLE-style draft heads, draft trees, tree gamma and the tree scheme of the round loop;
+heads as chain drafters in a mixed pool (:class:`~.chain.HeadDrafters`).
 
 See docs/eagle.md. The names below load on first use (PEP 562), so that a torch-free module of
 the package (``train_config``) can be imported without torch. ``HedgeSpecDecoder`` is
@@ -14,7 +15,7 @@ from spec_adapters.lazy import lazy_exports
 register_scheme("spec_adapters.eagle.head.EagleHead", "spec_adapters.eagle.decoder:tree_scheme")
 
 _EXPORTS = {"HedgeSpecDecoder": "decoder", "EagleHead": "head", "EagleHeadConfig": "head",
-            "HeadPool": "pool", "TreeConfig": "tree"}
+            "HeadDrafters": "chain", "HeadPool": "pool", "TreeConfig": "tree"}
 
 __all__ = sorted(_EXPORTS)
 

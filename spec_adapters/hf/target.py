@@ -11,6 +11,7 @@ token); the prefix is never recomputed.
 
 from __future__ import annotations
 
+import copy
 import inspect
 import logging
 import time
@@ -277,6 +278,31 @@ class TargetModel:
         ids = torch.cat([last_token.view(1), drafts.view(-1)]).to(self.device)
         self.calls += 1
         return forward_cached(self.step_net, ids, self.cache, self._kwarg)
+
+    def verify_features(self, last_token: torch.LongTensor, drafts: torch.LongTensor
+                        ) -> tuple[torch.Tensor, torch.Tensor]:
+        """:meth:`verify`, also returning the ``feature_layers`` features of the ``K + 1``
+        scored positions, ``(K + 1, F*H)``: what EAGLE heads read for the rows that are
+        accepted (the same pass, no extra target call; run eagerly, as :meth:`prefill`)."""
+        if self.feature_layers is None:
+            raise ValueError("verify_features needs a TargetModel built with feature_layers")
+        ids = torch.cat([last_token.view(1), drafts.view(-1)]).to(self.device)
+        self.calls += 1
+        with torch.inference_mode():
+            out = self.net(input_ids=ids.view(1, -1), use_cache=True, output_hidden_states=True,
+                           **{self._kwarg: self.cache})
+        feats = torch.cat([out.hidden_states[i][0] for i in self.feature_layers], -1)
+        return out.logits[0].float(), feats
+
+    def reading(self, feature_layers) -> TargetModel:
+        """This target (same nets, no cache yet) capturing ``feature_layers``: ``self`` when it
+        already does."""
+        layers = tuple(int(i) for i in feature_layers)
+        if self.feature_layers == layers:
+            return self
+        twin = copy.copy(self)
+        twin.feature_layers, twin.cache, twin.calls = layers, None, 0
+        return twin
 
     def crop(self, length: int) -> None:
         """Keep the first ``length`` cached positions (drop rejected drafts)."""
