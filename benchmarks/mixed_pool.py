@@ -8,7 +8,8 @@ the n-gram generalist, prompt lookup, suffix), the shipped EAGLE heads alone
 tokens), and both together. Beside them, in the same run on the same prompts: the target alone
 and each single drafter fixed (the generalist head, the n-gram generalist, prompt lookup,
 suffix). Prompts: the first ``--per-domain`` benchmark prompts of every domain (the held-out
-ones the heads never saw), greedy; every output is checked against the target's own.
+ones the heads never saw), greedy (every output checked against the target's own) or at
+``--temperature`` (no top-p / top-k, as the benchmark's target row samples).
 
 Prints, per method, MAT and tokens/s overall and per domain, each speed-up over the
 model-free pool, the share of generated tokens inside repeats (a 5-gram already in the
@@ -100,6 +101,8 @@ def main(argv=None) -> None:
     ap.add_argument("--per-domain", type=int_arg(1), default=2, help="prompts per domain")
     ap.add_argument("--tokens", type=int_arg(1), default=128, help="new tokens per prompt")
     ap.add_argument("--k", type=int_arg(1), default=4, help="the longest draft K")
+    ap.add_argument("--temperature", type=float, default=0.0,
+                    help="0 (greedy, default) or e.g. 0.7")
     ap.add_argument("--threads", type=int_arg(1), default=2)
     ap.add_argument("--out", default="results/mixed-pool.json")
     args = ap.parse_args(argv)
@@ -133,12 +136,14 @@ def main(argv=None) -> None:
     for qi, (domain, prompt) in enumerate(prompts):
         ids = chat_ids(tok, prompt).view(1, -1)
         row = {"domain": domain, "prompt": prompt,
-               "target": run_target(model, ids, args.tokens, 0.0, 0)}
+               "target": run_target(model, ids, args.tokens, args.temperature, qi)}
         ref = row["target"]["tokens"]
         row["repeated"] = repeated_share(ref)
         for name, dec in decoders.items():
-            r = run_decoder(dec, ids, args.tokens)
-            r["lossless"] = r["tokens"] == ref[:len(r["tokens"])]
+            r = run_decoder(dec, ids, args.tokens, args.temperature, qi)
+            r["repeated"] = repeated_share(r["tokens"])
+            if not args.temperature:  # greedy: the target's own tokens
+                r["lossless"] = r["tokens"] == ref[:len(r["tokens"])]
             r["names"] = dec.scheme.names
             row[name] = r
         records.append(row)
