@@ -29,13 +29,19 @@ def _signature(head: EagleHead) -> tuple:
 
 
 class _Group:
-    """Heads of one architecture, stacked."""
+    """Heads of one architecture, stacked. A weight every head holds identically (the
+    generalist's ``fc`` / ``norm`` / ``lm_head`` in specialists fine-tuned with
+    ``midlayer_only``) is kept once and mapped unbatched, so its matmul runs once over every
+    head's rows (the weight read once: on a CPU the cost is that memory traffic)."""
 
     def __init__(self, heads: list[EagleHead], members: list[int]):
         self.members = members
         self.heads = heads
-        self.params, self.buffers = stack_module_state(heads)
-        self.params = {k: v.detach() for k, v in self.params.items()}
+        stacked, self.buffers = stack_module_state(heads)
+        self.shared = {k for k, v in stacked.items()
+                       if len(heads) > 1 and all(torch.equal(v[0], x) for x in v[1:])}
+        self.params = {k: (v[0] if k in self.shared else v).detach()
+                       for k, v in stacked.items()}
         base = copy.deepcopy(heads[0]).to("meta")
         base.embed_weight = None
 
@@ -43,7 +49,8 @@ class _Group:
             return functional_call(base, (params, buffers), (feats, emb, pos, pk, pv),
                                    {"fuse": True})
 
-        self._batched = vmap(one, in_dims=(0, 0, None, None, None, 0, 0))
+        dims = {k: None if k in self.shared else 0 for k in self.params}
+        self._batched = vmap(one, in_dims=(dims, 0, None, None, None, 0, 0))
 
     def __call__(self, feats, emb, pos, pk, pv):
         if len(self.heads) == 1:

@@ -129,6 +129,31 @@ def test_batched_evaluation_of_n_heads_equals_n_separate_evaluations():
                                    atol=1e-5, rtol=1e-5)
 
 
+def test_weights_the_heads_share_are_mapped_once_and_change_nothing():
+    target, corpus, heads = setup()
+    # two specialists of heads[0]: its fc / norm / lm_head, their own decoder layer
+    twins = []
+    for seed in (1, 2):
+        twin = EagleHead(heads[0].config, d2t=heads[0].d2t.clone())
+        twin.load_state_dict(heads[0].state_dict())
+        with torch.no_grad():
+            torch.manual_seed(seed)
+            for name, prm in twin.named_parameters():
+                if EagleHead.in_midlayer(name):
+                    prm.add_(0.05 * torch.randn_like(prm))
+        twins.append(twin.bind(target))
+    pool = HeadPool([heads[0], *twins], target, batched=True)
+    (group,) = pool.groups
+    assert {"fc.weight", "lm_head.weight", "norm.weight"} <= group.shared
+    assert not any(EagleHead.in_midlayer(k) for k in group.shared)
+    seq = corpus[9, :40]
+    got = _extend_twice(pool, target, seq)
+    for i, head in enumerate([heads[0], *twins]):
+        ref = _extend_twice(HeadPool([head], target), target, seq)[0]
+        torch.testing.assert_close(got[i], ref, atol=1e-5, rtol=1e-5)
+    assert (got[1] - got[2]).abs().max() > 1e-3
+
+
 def test_heads_differ_so_the_batched_test_has_power():
     target, corpus, heads = setup()
     seq = corpus[9, :20]
