@@ -139,11 +139,12 @@ class ChainScheme:
         each of them (greedy: :func:`~spec_adapters.selection.book.greedy_stats`, numpy).
         Without ``counterfactual`` only the feature readers append (they have no lazy
         catch-up: the features of earlier rounds are gone)."""
-        new = torch.tensor(verdict.tokens)
         if not counterfactual:
             for i in self.readers:
-                self._extend_argmax(i, new, len(q.seq), verdict.features)
+                self._extend_argmax(i, torch.tensor(verdict.tokens), len(q.seq),
+                                    verdict.features)
             return None
+        new = torch.tensor(verdict.tokens)
         if q.sampling.greedy:  # every q a point mass at its argmax: gamma = rho = 1{d = x}
             drafts = np.stack([self._extend_argmax(i, new, len(q.seq), verdict.features)
                                for i in range(len(self.drafters))])

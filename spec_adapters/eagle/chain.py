@@ -58,7 +58,7 @@ class HeadDrafters:
         names = list(names) if names is not None else [
             h.config.extra.get("name") or f"eagle{i}" for i, h in enumerate(heads)]
         self.members = [HeadDrafter(self, i, names[i]) for i in range(self.pool.n)]
-        self._prompt: torch.Tensor | None = None
+        self._started = set(range(self.pool.n))  # members started in the current query
         self._round: tuple[int, torch.Tensor, list[torch.Tensor]] | None = None
 
     def __len__(self) -> int:
@@ -70,32 +70,28 @@ class HeadDrafters:
     def __getitem__(self, i: int) -> HeadDrafter:
         return self.members[i]
 
-    def _start(self, prompt: torch.LongTensor, features: torch.Tensor | None) -> None:
-        """A new query (once for all members: the first to start it runs it)."""
-        if self._prompt is not None and self.pool.length == max(prompt.numel() - 1, 0) and \
-                self._round is None and torch.equal(self._prompt, prompt):
-            return
-        self.pool.reset()
-        self._round = None
-        self._prompt = prompt.clone()
-        if features is not None and prompt.numel() > 1:
-            self.pool.extend(features, prompt[1:])
+    def _start(self, index: int, prompt: torch.LongTensor, features: torch.Tensor | None
+               ) -> None:
+        """Member ``index`` starts a query: the first member to start one (a member started
+        again means a new query) resets the pool and appends the prompt's pairs."""
+        if index in self._started:
+            self.pool.reset()
+            self._started, self._round = set(), None
+            if features is not None and prompt.numel() > 1:
+                self.pool.extend(features, prompt[1:])
+        self._started.add(index)
 
     def _extend(self, start: int, tokens: torch.LongTensor, features: torch.Tensor
-                ) -> list[torch.Tensor | None]:
-        """Every head's predictions of ``tokens`` (appended at pair ``start``): per head, the
-        pending root then the new rows but the last, ``(m, Vd)`` (``None`` for the first row
-        when the prompt had one token: no pair yet)."""
+                ) -> list[torch.Tensor]:
+        """Every head's predictions of ``tokens`` (appended at pair ``start``, once per round
+        for all members: :meth:`HeadPool.extend_predicting`)."""
         if self._round is not None and self._round[0] == start and \
                 torch.equal(self._round[1], tokens):
             return self._round[2]
         if start != self.pool.length:
             raise ValueError(f"extend at pair {start}, the heads hold {self.pool.length}: every "
                              "head member must be given the same verified tokens")
-        before = list(self.pool.pending_logits)
-        rows = self.pool.extend(features, tokens)
-        preds = [r[:-1] if b is None else torch.cat([b.view(1, -1), r[:-1]])
-                 for b, r in zip(before, rows, strict=True)]
+        preds = self.pool.extend_predicting(features, tokens)
         self._round = (start, tokens.clone(), preds)
         return preds
 
@@ -114,8 +110,7 @@ class HeadDrafter:
     def start(self, prompt_ids: torch.LongTensor, features: torch.Tensor | None = None) -> None:
         """Reset to a new query: the prompt's pairs (``features``: the target's prefill
         features of ``prompt[:-1]``)."""
-        prompt = prompt_ids.view(-1).cpu()
-        self.group._start(prompt, features)
+        self.group._start(self.index, prompt_ids.view(-1).cpu(), features)
         self._pairs = self.group.pool.length
 
     def propose(self, k: int, sampling, generator) -> Proposal:

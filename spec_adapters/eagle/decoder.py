@@ -131,25 +131,20 @@ class TreeScheme:
         """All heads append the new pairs (one batched call, whatever the policy: heads have
         no lazy catch-up); with ``counterfactual``, tree gamma and rho."""
         new = torch.tensor(verdict.tokens)
-        before = list(self.pool.pending_logits)
-        rows = self.pool.extend(verdict.features, new)
+        preds = self.pool.extend_predicting(verdict.features, new)
         if not counterfactual:
             return None
-        return self._tree_stats(before, rows, verdict.p, new.to(verdict.p.device))
+        return self._tree_stats(preds, verdict.p, new.to(verdict.p.device))
 
     def stats(self) -> dict:
         return {"tree_nodes": self._sizes, "tree": dataclasses.asdict(self.tree)}
 
-    def _tree_stats(self, before, rows, p, new):
+    def _tree_stats(self, preds, p, new):
         """Theorem 2 per head and verified position: ``(N, m)`` gamma and rho (float64), by a
         gather of ``p`` at every head's children (nothing of the vocabulary's size per head)."""
         m = int(new.numel())
         gamma = torch.zeros(self.pool.n, m, dtype=torch.float64)
         rho = torch.zeros(self.pool.n, m, dtype=torch.float64)
-        # logits that predicted each new token: the pending root, then the new rows (the pool
-        # extends every head together, so either all heads had a root or none did)
-        preds = [rows[i][:-1] if before[i] is None else
-                 torch.cat([before[i].view(1, -1), rows[i][:-1]]) for i in range(self.pool.n)]
         off = m - preds[0].shape[0]  # 1 when no head distribution existed (1-token prompt)
         if off == m:
             return gamma, rho

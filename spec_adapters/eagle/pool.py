@@ -139,6 +139,17 @@ class HeadPool:
         self.length += m
         return out
 
+    def extend_predicting(self, features: torch.Tensor, next_tokens: torch.LongTensor
+                          ) -> list[torch.Tensor]:
+        """:meth:`extend`, returning instead what predicted each of ``next_tokens``: per head
+        the pending root, then the new rows but the last, ``(m, Vd)`` (``(m - 1, Vd)`` when no
+        head had a root yet: a one-token prompt; the pool extends all heads together, so
+        either all had one or none)."""
+        before = list(self.pending_logits)
+        rows = self.extend(features, next_tokens)
+        return [r[:-1] if b is None else torch.cat([b.view(1, -1), r[:-1]])
+                for b, r in zip(before, rows, strict=True)]
+
     def cache_of(self, i: int) -> tuple[torch.Tensor, torch.Tensor]:
         """Head ``i``'s committed cache ``(1, kv, P, d)`` keys and values."""
         for g, grp in enumerate(self.groups):

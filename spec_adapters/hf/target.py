@@ -265,10 +265,7 @@ class TargetModel:
         if self.feature_layers is None:
             forward_cached(self.net, ids, self.cache, self._kwarg)
             return None
-        with torch.no_grad():
-            out = self.net(input_ids=ids.view(1, -1), use_cache=True, output_hidden_states=True,
-                             **{self._kwarg: self.cache})
-        return torch.cat([out.hidden_states[i][0] for i in self.feature_layers], -1)
+        return self._forward_features(ids)[1]
 
     def verify(self, last_token: torch.LongTensor, drafts: torch.LongTensor) -> torch.Tensor:
         """Score ``[last_token] + drafts`` in one forward pass; return logits (K + 1, V) float32.
@@ -288,7 +285,12 @@ class TargetModel:
             raise ValueError("verify_features needs a TargetModel built with feature_layers")
         ids = torch.cat([last_token.view(1), drafts.view(-1)]).to(self.device)
         self.calls += 1
-        with torch.inference_mode():
+        return self._forward_features(ids)
+
+    def _forward_features(self, ids: torch.LongTensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """``net`` (eager) on ``ids`` appended to the cache: logits ``(m, V)`` float32 and the
+        concatenated ``feature_layers`` of ``output_hidden_states``, ``(m, F*H)``."""
+        with torch.no_grad():
             out = self.net(input_ids=ids.view(1, -1), use_cache=True, output_hidden_states=True,
                            **{self._kwarg: self.cache})
         feats = torch.cat([out.hidden_states[i][0] for i in self.feature_layers], -1)
