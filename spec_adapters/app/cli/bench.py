@@ -30,7 +30,7 @@ from spec_adapters.app.cli.common import (
 from spec_adapters.app.cli.generate import ENGINES
 from spec_adapters.app.log import log as _log
 
-__all__ = ["add_bench", "add_demo", "cmd_bench", "cmd_demo"]
+__all__ = ["add_bench", "add_demo", "bench_config", "cmd_bench", "cmd_demo"]
 
 DEMO_METHODS = ("target", "target-rows-first", "hf-prompt-lookup", "fixed:suffix",
                 "fixed:ngram-union", "generalist", "exp3spec", "normalhedge", "normalhedge-cost",
@@ -82,8 +82,11 @@ def add_bench(sub) -> None:
                         "new tokens, greedy and T = 0.7 (~1 hour on 2 cores; --max-new-tokens "
                         "and --temperatures narrow it)")
     s.add_argument("--temperatures", type=floats_arg(0.0), default=None,
-                   help="--engine llamacpp: comma-separated temperatures (default "
-                        f"{','.join(map(str, LlamaCppBenchConfig().temperatures))})")
+                   help="comma-separated temperatures; --engine llamacpp: any (default "
+                        f"{','.join(map(str, LlamaCppBenchConfig().temperatures))}); "
+                        "transformers: 0.0 (the greedy stream, always run) and at most one "
+                        "sampling temperature (default: the preset's, 0.0,0.7; 0.0 alone "
+                        "skips the sampled stream)")
     s.add_argument("--methods", type=names_arg(METHODS), default=None,
                    help=f"--engine llamacpp: some of {','.join(METHODS)} (default all; plain "
                         "needed)")
@@ -102,13 +105,11 @@ def cmd_bench(args: argparse.Namespace) -> int:
     the llama.cpp benchmark); print its tables."""
     if args.engine == "llamacpp":
         return _bench_llamacpp(args)
-    from spec_adapters.app.bench.run import run_bench, with_overrides
+    from spec_adapters.app.bench.run import run_bench
     from spec_adapters.app.bench.tables import markdown_tables
     from spec_adapters.app.pool.cache import load_pool
 
-    cfg = with_overrides(PRESETS[args.preset], queries_per_domain=args.queries_per_domain,
-                         max_new_tokens=args.max_new_tokens, draft_length=args.draft_length,
-                         fixed=args.fixed, compile_target=args.compile)
+    cfg = bench_config(args)
     if cfg.compile_target:  # inductor's compiled graphs kept with the cache: a re-run reuses them
         os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", str(Path(args.cache_dir) / "inductor"))
     model, tok, domains = target_and_domains(args)
@@ -129,6 +130,27 @@ def cmd_bench(args: argparse.Namespace) -> int:
     print(markdown_tables(summary))
     print(f"results: {out}/results.json, {out}/tables.md, {out}/*.png")
     return 0
+
+
+def bench_config(args: argparse.Namespace) -> BenchConfig:
+    """The transformers benchmark's settings: ``args.preset`` with the options given.
+
+    ``--temperatures`` must hold 0.0 (the greedy stream, which every section reads) and at
+    most one sampling temperature; 0.0 alone skips the sampled stream."""
+    from spec_adapters.app.bench.run import with_overrides
+
+    temperature = sampled = None
+    if args.temperatures is not None:
+        hot = sorted({t for t in args.temperatures if t > 0})
+        if 0.0 not in args.temperatures or len(hot) > 1:
+            raise UserError("--temperatures for the transformers benchmark: 0.0 (the greedy "
+                            "stream, always run) and at most one sampling temperature, e.g. "
+                            f"0.0 or 0.0,0.7; got {','.join(map(str, args.temperatures))}")
+        temperature, sampled = (hot[0], None) if hot else (None, 0)
+    return with_overrides(PRESETS[args.preset], queries_per_domain=args.queries_per_domain,
+                          max_new_tokens=args.max_new_tokens, draft_length=args.draft_length,
+                          fixed=args.fixed, compile_target=args.compile,
+                          temperature=temperature, sampled_queries_per_domain=sampled)
 
 
 def _bench_llamacpp(args: argparse.Namespace) -> int:

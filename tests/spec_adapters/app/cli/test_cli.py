@@ -10,7 +10,10 @@ import shutil
 import pytest
 import torch
 
+from spec_adapters.app.bench.config import PRESETS
 from spec_adapters.app.cli import build_parser, main
+from spec_adapters.app.cli.bench import bench_config
+from spec_adapters.app.cli.common import UserError
 from tests.spec_adapters.app.cli.tiny_cli import DOMS, tiny_world, world_args
 
 COMMANDS = ("demo", "prepare-data", "distill", "train-drafters", "cache-features",
@@ -144,6 +147,21 @@ def test_generate_requires_a_prompt(capsys):
 def test_parser_defaults():
     a = build_parser().parse_args(["bench"])
     assert a.preset == "small" and a.target is None and len(a.domains) == 7
+
+
+@pytest.mark.parametrize("temps, temperature, sampled", [
+    (None, 0.7, 3), ("0.0", 0.7, 0), ("0.0,0.5", 0.5, 3), ("0.9,0.0", 0.9, 3)])
+def test_bench_temperatures_narrow_the_transformers_streams(temps, temperature, sampled):
+    argv = ["bench", "--preset", "headline", *(["--temperatures", temps] if temps else [])]
+    cfg = bench_config(build_parser().parse_args(argv))
+    assert (cfg.temperature, cfg.sampled_queries_per_domain) == (temperature, sampled)
+    assert cfg.queries_per_domain == PRESETS["headline"].queries_per_domain
+
+
+@pytest.mark.parametrize("temps", ["0.7", "0.0,0.5,0.7"])
+def test_bench_temperatures_without_greedy_or_with_two_samplings_are_refused(temps):
+    with pytest.raises(UserError, match=f"at most one sampling temperature.*got {temps}"):
+        bench_config(build_parser().parse_args(["bench", "--temperatures", temps]))
 
 
 def test_train_drafters_then_corrupt_cache_is_rebuilt(tiny, capsys):
