@@ -23,7 +23,8 @@ import torch
 from spec_adapters.hf.rows_first import rows_first_twin
 
 __all__ = ["TargetModel", "cache_kwarg", "compiled_step", "context_length", "crop_cache",
-           "fastest_net", "forward_cached", "new_cache", "output_vocab_size"]
+           "fastest_net", "forward_cached", "forward_features", "new_cache",
+           "output_vocab_size"]
 
 log = logging.getLogger(__name__)
 
@@ -146,10 +147,11 @@ def _fastest_layout(model) -> torch.nn.Module:
 
 # per net: its compiled decoding step, warmed up (kept for the process: it holds the net)
 _COMPILED: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+_WARMED: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # net -> {features} warmed
 
 
 def compiled_step(net: torch.nn.Module, rows: Sequence[int] = (1, 2, 3, 5),
-                  contexts: Sequence[int] = (24, 40)) -> torch.nn.Module:
+                  contexts: Sequence[int] = (24, 40), features: bool = False) -> torch.nn.Module:
     """``torch.compile(net, dynamic=True)``, compiled and warmed up here, once per net and
     process.
 
@@ -165,9 +167,15 @@ def compiled_step(net: torch.nn.Module, rows: Sequence[int] = (1, 2, 3, 5),
     against ``K + 1`` one-row steps). On this project's 2-core CPU a step of 1 / 3 / 5 tokens
     after 400 cached ones took 41.7 / 47.2 / 70.3 ms compiled against 49.4 / 60.3 / 80.7 ms
     (docs/decoding.md, "Verification cost").
+
+    ``features=True`` also warms up the steps that return every layer's hidden states
+    (:func:`forward_features`, what EAGLE heads read from a verification): graphs of their
+    own, built once per net and process the first time a compiled target reads features.
     """
     if net not in _COMPILED:
-        step = torch.compile(net, dynamic=True)
+        _COMPILED[net] = torch.compile(net, dynamic=True)
+    step = _COMPILED[net]
+    if features not in _WARMED.setdefault(net, set()):
         vocab, kwarg = output_vocab_size(net), cache_kwarg(net)
         device = next(net.parameters()).device
         t = time.perf_counter()
@@ -178,12 +186,28 @@ def compiled_step(net: torch.nn.Module, rows: Sequence[int] = (1, 2, 3, 5),
                 forward_cached(net, ids[:context], cache, kwarg)  # prefill stays eager
                 for _ in range(2):  # after a prefill (a contiguous cache), after a crop (not)
                     # a fresh tensor, as verify's (a slice's storage offset would be guarded)
-                    forward_cached(step, ids[context:context + m].clone(), cache, kwarg)
+                    new = ids[context:context + m].clone()
+                    if features:
+                        forward_features(step, new, cache, kwarg)
+                    else:
+                        forward_cached(step, new, cache, kwarg)
                     crop_cache(cache, context)
-        log.info("compiled the decoding step of %s in %.1f s", type(net).__name__,
-                 time.perf_counter() - t)
-        _COMPILED[net] = step
-    return _COMPILED[net]
+        log.info("compiled the decoding step of %s%s in %.1f s", type(net).__name__,
+                 " (with hidden states)" if features else "", time.perf_counter() - t)
+        _WARMED[net].add(features)
+    return step
+
+
+def forward_features(model, ids: torch.LongTensor, cache, kwarg: str | None = None
+                     ) -> tuple[torch.Tensor, tuple[torch.Tensor, ...]]:
+    """:func:`forward_cached`, also returning ``output_hidden_states`` (the embeddings, then
+    each layer's output; batch dimension dropped): logits ``(m, V)`` float32 and
+    ``L + 1`` tensors ``(m, H)``."""
+    kwarg = kwarg or cache_kwarg(model)
+    with torch.no_grad():
+        out = model(input_ids=ids.view(1, -1), use_cache=True, output_hidden_states=True,
+                    **{kwarg: cache})
+    return out.logits[0].float(), tuple(h[0] for h in out.hidden_states)
 
 
 class TargetModel:
@@ -205,10 +229,10 @@ class TargetModel:
         :func:`fastest_net` measures faster, once per model and process (~1 s for the
         default target); on other devices the model itself.
     compiled : bool, default False
-        Run the decoding steps (:meth:`verify`) through :func:`compiled_step` (the net
-        compiled once per process, minutes for the default target, before the first step;
-        prefill stays eager). Off by default: tests and short runs would spend more time
-        compiling than they save.
+        Run the decoding steps (:meth:`verify`, and :meth:`verify_features` with
+        ``feature_layers``) through :func:`compiled_step` (the net compiled once per process,
+        minutes for the default target, before the first step; prefill stays eager). Off by
+        default: tests and short runs would spend more time compiling than they save.
 
     Attributes
     ----------
@@ -236,7 +260,9 @@ class TargetModel:
             self.net = _fastest_layout(self.model) if self.device.type == "cpu" else self.model
         else:
             self.net = rows_first_twin(self.model) if rows_first else self.model
+        self.compiled = compiled
         self.step_net = compiled_step(self.net) if compiled else self.net
+        self.features_net = self._features_net()
         self._kwarg = cache_kwarg(model)
         self.cache = None
         self.calls = 0
@@ -265,7 +291,7 @@ class TargetModel:
         if self.feature_layers is None:
             forward_cached(self.net, ids, self.cache, self._kwarg)
             return None
-        return self._forward_features(ids)[1]
+        return self._forward_features(self.net, ids)[1]
 
     def verify(self, last_token: torch.LongTensor, drafts: torch.LongTensor) -> torch.Tensor:
         """Score ``[last_token] + drafts`` in one forward pass; return logits (K + 1, V) float32.
@@ -280,21 +306,25 @@ class TargetModel:
                         ) -> tuple[torch.Tensor, torch.Tensor]:
         """:meth:`verify`, also returning the ``feature_layers`` features of the ``K + 1``
         scored positions, ``(K + 1, F*H)``: what EAGLE heads read for the rows that are
-        accepted (the same pass, no extra target call; run eagerly, as :meth:`prefill`)."""
+        accepted (the same pass, no extra target call; compiled as :meth:`verify` is)."""
         if self.feature_layers is None:
             raise ValueError("verify_features needs a TargetModel built with feature_layers")
         ids = torch.cat([last_token.view(1), drafts.view(-1)]).to(self.device)
         self.calls += 1
-        return self._forward_features(ids)
+        return self._forward_features(self.features_net, ids)
 
-    def _forward_features(self, ids: torch.LongTensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """``net`` (eager) on ``ids`` appended to the cache: logits ``(m, V)`` float32 and the
+    def _features_net(self) -> torch.nn.Module | None:
+        """What :meth:`verify_features` runs: ``net``, or with ``compiled`` its compiled step
+        warmed up for hidden states; ``None`` without ``feature_layers``."""
+        if self.feature_layers is None:
+            return None
+        return compiled_step(self.net, features=True) if self.compiled else self.net
+
+    def _forward_features(self, net, ids: torch.LongTensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """``net`` on ``ids`` appended to the cache: logits ``(m, V)`` float32 and the
         concatenated ``feature_layers`` of ``output_hidden_states``, ``(m, F*H)``."""
-        with torch.no_grad():
-            out = self.net(input_ids=ids.view(1, -1), use_cache=True, output_hidden_states=True,
-                           **{self._kwarg: self.cache})
-        feats = torch.cat([out.hidden_states[i][0] for i in self.feature_layers], -1)
-        return out.logits[0].float(), feats
+        logits, hidden = forward_features(net, ids, self.cache, self._kwarg)
+        return logits, torch.cat([hidden[i] for i in self.feature_layers], -1)
 
     def reading(self, feature_layers) -> TargetModel:
         """This target (same nets, no cache yet) capturing ``feature_layers``: ``self`` when it
@@ -304,6 +334,7 @@ class TargetModel:
             return self
         twin = copy.copy(self)
         twin.feature_layers, twin.cache, twin.calls = layers, None, 0
+        twin.features_net = twin._features_net()
         return twin
 
     def crop(self, length: int) -> None:

@@ -1,4 +1,5 @@
-"""The compiled decoding step: warmed up before use, the same logits, lossless decoding.
+"""The compiled decoding step: warmed up before use, the same logits (and hidden states, for
+EAGLE heads), lossless decoding.
 
 One compilation of a tiny model (~25 s on one core), shared by the module's tests.
 """
@@ -47,6 +48,32 @@ def test_steps_of_every_length_equal_eager_and_compile_nothing_after_the_warm_up
     assert _graphs() == before  # every graph was built by the warm-up, none while decoding
     again = TargetModel(target, rows_first=False, compiled=True)
     assert again.step_net is tm.step_net and _graphs() == before  # once per net and process
+
+
+def test_verify_features_runs_compiled_equal_to_eager_and_compiles_only_at_its_warm_up(
+        compiled):
+    target, _, tm = compiled
+    layers = (1, 2, 2)
+    before = _graphs()
+    reader = tm.reading(layers)  # the hidden-state graphs are built here, once
+    built = _graphs()
+    assert built > before and reader.features_net is tm.step_net
+    assert tm.reading((2, 1)).features_net is tm.step_net and _graphs() == built
+    eager = TargetModel(target, feature_layers=layers, rows_first=False)
+    assert eager.features_net is eager.net
+    prompt = torch.randint(3, 96, (41,), generator=torch.Generator().manual_seed(2))
+    torch.testing.assert_close(reader.prefill(prompt), eager.prefill(prompt))
+    gen = torch.Generator().manual_seed(3)
+    for k in (3, 0, 4, 1):
+        drafts = torch.randint(3, 96, (k,), generator=gen)
+        got = reader.verify_features(torch.tensor(7), drafts)
+        want = eager.verify_features(torch.tensor(7), drafts)
+        assert got[1].shape == (k + 1, 3 * target.config.hidden_size)
+        for g, w in zip(got, want, strict=True):
+            torch.testing.assert_close(g, w, atol=1e-5, rtol=1e-5)
+        reader.crop(reader.cached_length - k)
+        eager.crop(eager.cached_length - k)
+    assert _graphs() == built  # no graph built while decoding
 
 
 def test_greedy_decoding_through_the_compiled_step_equals_generate(compiled):
