@@ -1,5 +1,6 @@
 """Cached target features: stored as the target computes them, resumable, refused when foreign;
-training from them (with EAGLE-3's training-time test) and the chain replay of acceptance."""
+training from them (with EAGLE-3's training-time test) and the chain and tree replays of
+acceptance."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import pytest
 import torch
 
 from spec_adapters.eagle import HedgeSpecDecoder, TreeConfig
-from spec_adapters.eagle.acceptance import chain_mat, pooled_mat
+from spec_adapters.eagle.acceptance import chain_mat, pooled_mat, tree_mat
 from spec_adapters.eagle.features import Document, cache_features, load_features
 from spec_adapters.eagle.head import vocab_coverage
 from spec_adapters.eagle.train import TrainConfig, evaluate_head, train_head, unrolled_logits
@@ -124,7 +125,7 @@ def test_training_from_the_cache_learns_resumes_and_the_ttt_changes_it(data, tmp
     assert not torch.equal(a.fc.weight, c.fc.weight)
 
 
-def test_the_chain_replay_is_the_chain_decoders_mat(data, tmp_path):
+def test_the_chain_and_tree_replays_are_the_decoders_mat(data, tmp_path):
     target, docs = data
     prompt = torch.tensor(docs[0].ids[:5])
     with torch.no_grad():
@@ -145,8 +146,19 @@ def test_the_chain_replay_is_the_chain_decoders_mat(data, tmp_path):
         assert res.sequences[0, 5:].tolist() == out[5:].tolist()
         assert row["tokens"] == res.stats["new_tokens"] == 30
         assert row["rounds"] == res.stats["target_calls"]
+        assert row["accepted"] == res.stats["accepted"], k
         assert max(row["accepted"]) <= k
     assert pooled_mat([row, row]) == row["mat"] > 1.0  # the head does get tokens accepted
+    for tree in (TreeConfig(depth=3, top_k=3, total_tokens=8), TreeConfig(2, 4, 6)):
+        (row,) = tree_mat(head, fs, tree)
+        dec = HedgeSpecDecoder(target, [head], tree=tree, policy="fixed:0")
+        res = dec.generate(prompt.view(1, -1), max_new_tokens=30, temperature=0.0)
+        assert res.sequences[0, 5:].tolist() == out[5:].tolist()
+        assert row["rounds"] == res.stats["target_calls"] and row["tokens"] == 30
+        assert row["accepted"] == res.stats["accepted"], tree
+        assert max(row["accepted"]) <= tree.depth
+    with pytest.raises(ValueError, match="tree must be a TreeConfig"):
+        tree_mat(head, fs, 3)
 
 
 def test_vocab_coverage_counts_the_most_frequent_tokens_mass():
