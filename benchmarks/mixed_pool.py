@@ -8,34 +8,44 @@ the n-gram generalist, prompt lookup, suffix), the shipped EAGLE heads alone
 tokens), and both together. Beside them, in the same run on the same prompts: the target alone
 and each single drafter fixed (the generalist head, the n-gram generalist, prompt lookup,
 suffix). Prompts: the first ``--per-domain`` benchmark prompts of every domain (the held-out
-ones the heads never saw), greedy (every output checked against the target's own) or at
-``--temperature`` (no top-p / top-k, as the benchmark's target row samples).
+ones the heads never saw).
 
-Prints, per method, MAT and tokens/s overall and per domain, each speed-up over the
-model-free pool, the share of generated tokens inside repeats (a 5-gram already in the
-output), per-drafter choice shares of the mixed pool, and the heads' share of a round
-(drafting with a head + the batched evaluation, against the verification). Then the cost of
-the heads' batched evaluation (one ``HeadPool.extend`` of 3 verified pairs) at 1, 4 and 8
-heads, stacked and head by head. Writes everything to ``--out`` (JSON).
+A grid, every cell on the same prompts: ``--tokens`` new tokens (at most; EOS stops), each of
+``--temperatures`` (0: greedy, every output checked against the target's own; above: sampled,
+no top-p / top-k, as the benchmark's target row samples), and the target ``--targets`` eager
+or compiled (``torch.compile``; the target row is then our compiled step alone, one token a
+step; eager, ``model.generate``). Every finished run is appended to ``<out>/records.jsonl``;
+a re-run resumes (``<out>/settings.json`` refuses other settings).
 
-    .venv/bin/python benchmarks/mixed_pool.py --per-domain 2 --tokens 128 \\
-        --out results/mixed-pool.json
+Prints, per cell, MAT and tokens/s per method overall and per domain, each speed-up over the
+model-free pool, per-drafter choice shares of the mixed pool, the heads' share of a round
+(drafting with a head + the batched evaluation, against the verification) and the share of
+generated tokens inside repeats (a 5-gram already in the output); then one line per cell
+against issue 22's targets, and the cost of the heads' batched evaluation (one
+``HeadPool.extend`` of 3 verified pairs) at 1, 4 and 8 heads, stacked and head by head.
+Writes everything to ``<out>/results.json``.
+
+    .venv/bin/python benchmarks/mixed_pool.py --per-domain 5 --tokens 128,256 \\
+        --temperatures 0,0.7 --targets eager,compiled --out results/mixed-pool-grid
 """
 
 from __future__ import annotations
 
 import copy
 import json
+import os
 import time
 from pathlib import Path
 
 import numpy as np
 import torch
+from tqdm.auto import tqdm
 
-from spec_adapters.app.args import OneLineParser, int_arg
+from spec_adapters.app.args import OneLineParser, floats_arg, int_arg, ints_arg, names_arg
 from spec_adapters.app.bench.measure import run_decoder
+from spec_adapters.app.bench.records import Records, check_settings
 from spec_adapters.app.bench.repetition import repeated_share
-from spec_adapters.app.bench.run import run_target
+from spec_adapters.app.bench.run import run_target, run_target_rows_first
 from spec_adapters.app.domains import DOMAINS, chat_ids, load_domains, prepare_domains
 from spec_adapters.app.heads import shipped_heads_folder
 from spec_adapters.app.pool.cache import load_pool
@@ -52,6 +62,9 @@ from spec_adapters.store.location import default_cache_dir
 from spec_adapters.vllm.pool_settings import NGramPoolSettings
 
 MODEL_FREE_FIXED = ("ngram-general", "prompt-lookup", "suffix")
+POOLS = ("model-free", "heads", "mixed")
+FIXED = (*(f"fixed {n}" for n in MODEL_FREE_FIXED), "fixed head general")
+MODES = ("eager", "compiled")
 
 
 def _heads(args, model, tok) -> list[EagleHead]:
@@ -98,16 +111,21 @@ def main(argv=None) -> None:
                                                     "instead of the shipped heads")
     src.add_argument("--shipped", default=None, help="a shipped heads folder (default: the "
                                                      "repository's for this target)")
-    ap.add_argument("--per-domain", type=int_arg(1), default=2, help="prompts per domain")
-    ap.add_argument("--tokens", type=int_arg(1), default=128, help="new tokens per prompt")
+    ap.add_argument("--per-domain", type=int_arg(1), default=5, help="prompts per domain")
+    ap.add_argument("--tokens", type=ints_arg(1), default=(128, 256),
+                    help="new tokens per prompt, comma-separated (default 128,256)")
+    ap.add_argument("--temperatures", type=floats_arg(0.0), default=(0.0, 0.7),
+                    help="comma-separated; 0: greedy (default 0,0.7)")
+    ap.add_argument("--targets", type=names_arg(MODES), default=MODES,
+                    help="the target eager, compiled or both (default eager,compiled)")
     ap.add_argument("--k", type=int_arg(1), default=4, help="the longest draft K")
-    ap.add_argument("--temperature", type=float, default=0.0,
-                    help="0 (greedy, default) or e.g. 0.7")
     ap.add_argument("--threads", type=int_arg(1), default=2)
-    ap.add_argument("--out", default="results/mixed-pool.json")
+    ap.add_argument("--out", default="results/mixed-pool", help="results folder")
     args = ap.parse_args(argv)
     torch.set_num_threads(args.threads)
+    out = Path(args.out)
     try:
+        check_settings(out, {k: v for k, v in vars(args).items() if k != "threads"})
         model, tok = load_target(args.target, args.cache_dir)
         prepare_domains(args.cache_dir, DOMAINS)
         domains = load_domains(args.cache_dir, DOMAINS)
@@ -116,54 +134,91 @@ def main(argv=None) -> None:
         heads = _heads(args, model, tok)
     except (ValueError, OSError, RuntimeError) as err:
         ap.error(" ".join(str(err).split()))
+    if "compiled" in args.targets:  # inductor's graphs kept with the cache, as `hedgespec bench`
+        os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", str(Path(args.cache_dir) / "inductor"))
+    records = Records(out / "records.jsonl")
+    prompts = [(f"{d}-{i}", d, p) for d in DOMAINS
+               for i, p in enumerate(domains[d].prompts[:args.per_domain])]
+    cells = [(mode, n, t) for mode in args.targets for n in args.tokens
+             for t in args.temperatures]
+    methods = ["target", *(f"HedgeSpec {n}" for n in POOLS), *FIXED]
+    todo = [(c, q, m) for c in cells for q in prompts for m in methods
+            if not records.has(c[0], q[0], c[2], m, c[1])]
+    bar = tqdm(todo, desc="mixed pool", unit="run")
+    decoders: dict = {}
+    for cell, (qid, domain, prompt), method in bar:
+        mode, n_tokens, temp = cell
+        bar.set_postfix_str(f"{mode} {n_tokens} T={temp} {qid} {method}")
+        if cell not in decoders:  # fresh per cell: the suffix drafters learn from the cell only
+            decoders = {cell: _decoders(model, pool, heads, args.k, mode == "compiled")}
+        ids = chat_ids(tok, prompt).view(1, -1)
+        seed = prompts.index((qid, domain, prompt))
+        if method != "target":
+            r = run_decoder(decoders[cell][method], ids, n_tokens, temp, seed)
+            r["names"] = decoders[cell][method].scheme.names
+        elif mode == "compiled":
+            r = run_target_rows_first(model, ids, n_tokens, temp, seed, compiled=True)
+        else:
+            r = run_target(model, ids, n_tokens, temp, seed)
+        records.add({"section": mode, "qid": qid, "temperature": temp, "method": method,
+                     "n": n_tokens, "domain": domain, "repeated": repeated_share(r["tokens"]),
+                     **r})
+    summary = {f"{mode} {n} T={t}": _summary(_cell_rows(records, (mode, n, t), prompts),
+                                             methods, heads, f"{mode} target, {n} tokens, "
+                                             f"T = {t}", greedy=t == 0)
+               for mode, n, t in cells}
+    _print_targets(summary)
+    summary["eval_cost"] = _eval_cost(model, heads)
+    print("\nbatched evaluation of the heads, one extend of 3 verified pairs (ms): " + ", ".join(
+        f"{k} {1000 * v:.2f}" for k, v in summary["eval_cost"].items()))
+    (out / "results.json").write_text(json.dumps({"args": vars(args), "summary": summary},
+                                                 indent=1))
+    print(f"results: {out}/results.json, records: {records.path}")
+
+
+def _decoders(model, pool, heads: list[EagleHead], k: int, compiled: bool) -> dict:
+    """Every method's decoder over one target (eager or compiled): the three pools
+    cost-aware, the fixed drafters alone."""
     group = HeadDrafters(heads, model)
     model_free = list(pool.drafters)
     by_name = dict(zip(pool.names, model_free, strict=True))
     pools = {"model-free": model_free, "heads": [group], "mixed": [group, *model_free]}
     fixed = {f"fixed {n}": [by_name[n]] for n in MODEL_FREE_FIXED} | {
         "fixed head general": [HeadDrafters(heads[:1], model)]}
+    assert list(pools) == list(POOLS) and list(fixed) == list(FIXED)
 
     def decoder(drafters, cost_aware: bool) -> HedgeSpecDecoder:
         own = [copy.deepcopy(d) if isinstance(d, SuffixDrafter) else d for d in drafters]
-        return HedgeSpecDecoder(TargetModel(model), own, draft_length=args.k,
+        return HedgeSpecDecoder(TargetModel(model, compiled=compiled), own, draft_length=k,
                                 policy="normalhedge" if cost_aware else "fixed:0",
                                 cost_aware=cost_aware)
 
-    decoders = {f"HedgeSpec {n}": decoder(p, True) for n, p in pools.items()} | {
+    return {f"HedgeSpec {n}": decoder(p, True) for n, p in pools.items()} | {
         n: decoder(p, False) for n, p in fixed.items()}
-    prompts = [(d, p) for d in DOMAINS for p in domains[d].prompts[:args.per_domain]]
-    records = []
-    for qi, (domain, prompt) in enumerate(prompts):
-        ids = chat_ids(tok, prompt).view(1, -1)
-        row = {"domain": domain, "prompt": prompt,
-               "target": run_target(model, ids, args.tokens, args.temperature, qi)}
-        ref = row["target"]["tokens"]
-        row["repeated"] = repeated_share(ref)
-        for name, dec in decoders.items():
-            r = run_decoder(dec, ids, args.tokens, args.temperature, qi)
-            r["repeated"] = repeated_share(r["tokens"])
-            if not args.temperature:  # greedy: the target's own tokens
-                r["lossless"] = r["tokens"] == ref[:len(r["tokens"])]
-            r["names"] = dec.scheme.names
-            row[name] = r
-        records.append(row)
-        print(f"[{qi + 1}/{len(prompts)}] {domain:9s} target "
-              f"{row['target']['new_tokens'] / row['target']['seconds']:5.1f} tok/s  " +
-              "  ".join(f"{n.replace('HedgeSpec ', 'HS ')} "
-                        f"{row[n]['new_tokens'] / row[n]['seconds']:5.1f}"
-                        for n in decoders), flush=True)
-    summary = _summary(records, list(decoders), heads)
-    summary["eval_cost"] = _eval_cost(model, heads)
-    print("\nbatched evaluation of the heads, one extend of 3 verified pairs (ms): " + ", ".join(
-        f"{k} {1000 * v:.2f}" for k, v in summary["eval_cost"].items()))
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(json.dumps({"args": vars(args), "summary": summary,
-                                          "records": records}, indent=1))
 
 
-def _summary(records: list[dict], methods: list[str], heads: list[EagleHead]) -> dict:
-    """Stream tok/s (all tokens / all seconds) and MAT per method, overall and per domain;
-    choice shares and the heads' share of a round for the mixed pool; printed as tables."""
+def _cell_rows(records: Records, cell: tuple, prompts: list[tuple]) -> list[dict]:
+    """One cell's runs as one row per prompt, ``{domain, <method>: record, ...}``, in prompt
+    order; the target's record also gives ``repeated``, and each greedy run ``lossless``: its
+    tokens equal ``model.generate``'s (the eager cell's target; without it, the cell's)."""
+    mode, n_tokens, temp = cell
+    rows = []
+    for qid, domain, _ in prompts:
+        runs = {r["method"]: r for r in records.select(section=mode, qid=qid, n=n_tokens)
+                if float(r["temperature"]) == temp}
+        ref = (records.rows.get(("eager", qid, temp, "target", n_tokens))
+               or runs["target"])["tokens"]
+        for r in runs.values():
+            r["lossless"] = r["tokens"] == ref if not temp else True
+        rows.append({"domain": domain, "repeated": runs["target"]["repeated"], **runs})
+    return rows
+
+
+def _summary(records: list[dict], methods: list[str], heads: list[EagleHead], title: str,
+             greedy: bool) -> dict:
+    """One cell: stream tok/s (all tokens / all seconds) and MAT per method, overall and per
+    domain; choice shares and the heads' share of a round for the mixed pool; printed as a
+    table under ``title``."""
     def tps(rows, m):
         return sum(r[m]["new_tokens"] for r in rows) / sum(r[m]["seconds"] for r in rows)
 
@@ -174,16 +229,16 @@ def _summary(records: list[dict], methods: list[str], heads: list[EagleHead]) ->
     domains = list(dict.fromkeys(r["domain"] for r in records))
     out = {"methods": {}, "domains": domains}
     base = tps(records, "HedgeSpec model-free")
-    print("\n| method | MAT | tok/s | x target | x model-free pool | "
-          + " | ".join(f"{d} x mf" for d in domains) + " |")
+    print(f"\n{title} ({len(records)} prompts)\n\n| method | MAT | tok/s | x target | "
+          "x model-free pool | " + " | ".join(f"{d} x mf" for d in domains) + " |")
     print("|---" * (5 + len(domains)) + "|")
     target = tps(records, "target")
-    for m in ["target", *methods]:
+    for m in methods:
         per = {d: tps([r for r in records if r["domain"] == d], m) /
                tps([r for r in records if r["domain"] == d], "HedgeSpec model-free")
                for d in domains}
         row = {"tok_s": tps(records, m), "per_domain_over_model_free": per,
-               "lossless": all(r[m].get("lossless", True) for r in records)}
+               "lossless": all(r[m]["lossless"] for r in records)}
         if m != "target":
             row["mat"] = mat(records, m)
         out["methods"][m] = row
@@ -195,21 +250,41 @@ def _summary(records: list[dict], methods: list[str], heads: list[EagleHead]) ->
     chosen = np.bincount([c for r in mixed for c in r["chosen"]], minlength=len(names))
     out["mixed_choice_share"] = {n: float(c / chosen.sum()) for n, c in zip(names, chosen,
                                                                             strict=True)}
-    n_heads = len(heads)
-    head_rounds = sum(1 for r in mixed for c in r["chosen"] if c < n_heads)
+    head_rounds = sum(1 for r in mixed for c in r["chosen"] if c < len(heads))
     timing = {k: sum(r["timing"][k] for r in mixed) for k in mixed[0]["timing"]}
     out["mixed_timing"] = timing
+    out["heads_share_of_verify"] = (timing["draft"] + timing["eval"]) / timing["verify"]
     out["repeated_share"] = float(np.mean([r["repeated"] for r in records]))
     print(f"\nmixed pool: {head_rounds} of {chosen.sum()} rounds drafted by a head; choice "
           "shares " + ", ".join(f"{n} {s:.0%}" for n, s in out["mixed_choice_share"].items()
                                 if s > 0))
     print("mixed pool seconds: " + ", ".join(f"{k} {v:.2f}" for k, v in timing.items())
-          + f" (draft + eval = {(timing['draft'] + timing['eval']) / timing['verify']:.0%} of "
-            "verify; the heads' evaluation runs every round)")
-    print(f"repetition: {out['repeated_share']:.0%} of the target's tokens repeat a 5-gram; "
-          f"all outputs equal the target's: "
-          f"{all(v['lossless'] for v in out['methods'].values())}")
+          + f" (draft + eval = {out['heads_share_of_verify']:.0%} of verify; the heads' "
+            "evaluation runs every round)")
+    print(f"repetition: {out['repeated_share']:.0%} of the target's tokens repeat a 5-gram"
+          + (f"; all outputs equal the target's: "
+             f"{all(v['lossless'] for v in out['methods'].values())}" if greedy else ""))
     return out
+
+
+def _print_targets(summary: dict) -> None:
+    """One line per cell against issue 22's targets (generalist head MAT >= 2.2 greedy; heads
+    alone >= 1.2x the target; mixed >= 1.1x the model-free pool and the best fixed drafter,
+    no domain under 0.97x the model-free pool; the heads' share <= 15 % of verification)."""
+    print("\n| cell | generalist head MAT (2.2) | heads alone x target (1.2) | mixed x "
+          "model-free (1.1) | mixed x best fixed (1.1) | lowest domain x model-free (0.97) | "
+          "heads' share (15%) | repeated |")
+    print("|---" * 8 + "|")
+    for cell, s in summary.items():
+        m = s["methods"]
+        best = max(FIXED, key=lambda n: m[n]["tok_s"])
+        mixed = m["HedgeSpec mixed"]
+        print(f"| {cell} | {m['fixed head general']['mat']:.2f} | "
+              f"{m['HedgeSpec heads']['tok_s'] / m['target']['tok_s']:.2f} | "
+              f"{mixed['tok_s'] / m['HedgeSpec model-free']['tok_s']:.2f} | "
+              f"{mixed['tok_s'] / m[best]['tok_s']:.2f} ({best}) | "
+              f"{min(mixed['per_domain_over_model_free'].values()):.2f} | "
+              f"{s['heads_share_of_verify']:.0%} | {s['repeated_share']:.0%} |")
 
 
 if __name__ == "__main__":

@@ -1,0 +1,60 @@
+"""benchmarks/mixed_pool.py's grid bookkeeping on synthetic records: a cell's rows, the greedy
+check against ``model.generate`` (the eager cell's target), and the targets line."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+from spec_adapters.app.bench.records import Records
+
+SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "mixed_pool.py"
+
+
+def _script():
+    spec = importlib.util.spec_from_file_location("mixed_pool", SCRIPT)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def _run(mode, qid, method, tokens, seconds, calls, chosen=(0,)) -> dict:
+    return {"section": mode, "qid": qid, "temperature": 0.0, "method": method, "n": 8,
+            "domain": qid.split("-")[0], "repeated": 0.25, "tokens": tokens,
+            "new_tokens": len(tokens), "seconds": seconds, "target_calls": calls,
+            "chosen": list(chosen), "names": ["head-a", "head-b", "suffix"],
+            "timing": {"draft": 0.1, "eval": 0.2, "verify": 1.0}}
+
+
+def test_cells_check_greedy_runs_against_generate_and_print_the_targets(tmp_path, capsys):
+    mp = _script()
+    methods = ["target", *(f"HedgeSpec {n}" for n in mp.POOLS), *mp.FIXED]
+    prompts = [("code-0", "code", "p0"), ("news-0", "news", "p1")]
+    records = Records(tmp_path / "records.jsonl")
+    want = [1, 2, 3, 4]
+    for qid, _, _ in prompts:
+        records.add(_run("eager", qid, "target", want, 2.0, 4))
+        for m in methods[1:]:
+            records.add(_run("eager", qid, m, want, 1.0, 2, chosen=(0, 2, 1)))
+            # compiled: our compiled target differs from generate on the news prompt
+            records.add(_run("compiled", qid, m, want if qid == "code-0" else [1, 2, 3, 9],
+                             0.5, 2))
+        records.add(_run("compiled", qid, "target", want if qid == "code-0" else [1, 2, 3, 9],
+                         1.0, 4))
+    eager = mp._cell_rows(Records(records.path), ("eager", 8, 0.0), prompts)  # as resumed
+    assert [r["domain"] for r in eager] == ["code", "news"]
+    assert all(r[m]["lossless"] for r in eager for m in methods)
+    compiled = mp._cell_rows(records, ("compiled", 8, 0.0), prompts)
+    assert [r["HedgeSpec mixed"]["lossless"] for r in compiled] == [True, False]
+    assert [r["target"]["lossless"] for r in compiled] == [True, False]
+
+    summary = mp._summary(eager, methods, heads=[None, None], title="eager", greedy=True)
+    mixed = summary["methods"]["HedgeSpec mixed"]
+    assert mixed["mat"] == 2.0 and mixed["tok_s"] == 4.0 and summary["methods"]["target"][
+        "tok_s"] == 2.0
+    assert summary["mixed_choice_share"] == {"head-a": 1 / 3, "head-b": 1 / 3, "suffix": 1 / 3}
+    assert abs(summary["heads_share_of_verify"] - 0.3) < 1e-9
+    mp._print_targets({"eager 8 T=0.0": summary})
+    line = capsys.readouterr().out.strip().splitlines()[-1]
+    assert line == ("| eager 8 T=0.0 | 2.00 | 2.00 | 1.00 | 1.00 (fixed ngram-general) | 1.00 "
+                    "| 30% | 25% |")
