@@ -49,10 +49,12 @@ class SettingsMismatchError(ValueError):
 
 def check_settings(out: Path, settings: dict) -> None:
     """Refuse ``out`` (:class:`SettingsMismatchError`) when it holds records of a run with other
-    ``settings``; then write ``settings.json`` (a resumable benchmark's guard)."""
+    ``settings``; then write ``settings.json`` (a resumable benchmark's guard), creating
+    ``out`` if needed."""
     sfile = out / "settings.json"
     if (sfile.is_file() and (out / "records.jsonl").is_file()
             and json.loads(sfile.read_text()) != json.loads(json.dumps(settings))):
         raise SettingsMismatchError(f"{out} holds results of a run with other settings; pass "
                                "another --out folder (or delete that one) to start afresh")
+    out.mkdir(parents=True, exist_ok=True)
     sfile.write_text(json.dumps(settings, indent=1))

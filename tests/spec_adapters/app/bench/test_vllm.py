@@ -414,6 +414,8 @@ def test_an_out_folder_of_other_settings_is_refused(tmp_path):
     with pytest.raises(ValueError, match="holds results of a run with other settings"):
         check_settings(tmp_path, {"k": 3})
     assert json.loads((tmp_path / "settings.json").read_text()) == {"k": 4}
+    check_settings(tmp_path / "new" / "run", {"k": 5})  # a fresh folder is created
+    assert json.loads((tmp_path / "new" / "run" / "settings.json").read_text()) == {"k": 5}
 
 
 def test_cli_without_a_pool_is_one_line_naming_it(tmp_path, capsys):
