@@ -10,7 +10,7 @@ the class with its ``VllmConfig`` and calls :meth:`HedgeSpecProposer.propose` on
 step with, per batch row, the tokens sampled in that step (accepted drafts + bonus token;
 empty = the row is skipped), the row's token count and the token buffer. It passes no request
 ids, so each row is matched to the request state whose history it extends
-(:meth:`HedgeSpecProposer._match`).
+(:meth:`HedgeSpecProposer._match`, twins included).
 
 One step for one request (the paper's loop, with point-mass drafters)::
 
@@ -128,13 +128,19 @@ class RequestState:
     idle: int = 0
     history: np.ndarray | None = None
 
-    def extends(self, buf: np.ndarray, sampled: list[int]) -> bool:
-        """Whether a row holding ``buf`` after sampling ``sampled`` is this request's next
-        step: same head, same tail, and the accepted tokens are a prefix of its draft."""
+    def fit(self, buf: np.ndarray, sampled: list[int]) -> int:
+        """How well a row holding ``buf`` after sampling ``sampled`` continues this request:
+        0 not at all; 1 it extends it (same head, same tail, the accepted tokens a prefix of
+        its draft); 2 exactly (also the sampled token after the accepted ones is not the
+        draft's there: verification rejects a point-mass draft's token only for another one,
+        greedy or sampled, so a row that accepted fewer tokens of this draft than its own
+        length differs from it there, unless the engine cut the draft)."""
         m, end = len(sampled), self.n_tokens
-        return (len(buf) == end + m and np.array_equal(buf[:len(self.head)], self.head)
+        if not (len(buf) == end + m and np.array_equal(buf[:len(self.head)], self.head)
                 and np.array_equal(buf[end - len(self.tail):end], self.tail)
-                and list(sampled[:-1]) == self.draft[:m - 1])
+                and list(sampled[:-1]) == self.draft[:m - 1]):
+            return 0
+        return 2 if m - 1 >= len(self.draft) or sampled[m - 1] != self.draft[m - 1] else 1
 
 
 class HedgeSpecProposer:
@@ -248,19 +254,19 @@ class HedgeSpecProposer:
         entered = time.perf_counter()
         rows, drafted = [], 0
         prefill = False  # a prompt (or a chunk of one) was in the step: not a decode step
-        claimed: set[int] = set()
-        for r, sampled in enumerate(sampled_token_ids):
-            if not sampled:
+        bufs = [np.array(token_ids_cpu[r, :int(num_tokens_no_spec[r])], dtype=np.int64)
+                if sampled else None  # a copy: states keep it
+                for r, sampled in enumerate(sampled_token_ids)]
+        states = self._match(bufs, sampled_token_ids)
+        for st, buf, sampled in zip(states, bufs, sampled_token_ids, strict=True):
+            if st is None:
                 rows.append(None)
                 prefill = True
                 continue
-            n = int(num_tokens_no_spec[r])
-            buf = np.array(token_ids_cpu[r, :n], dtype=np.int64)  # a copy: states keep it
-            st = self._match(buf, sampled, claimed)
             prefill |= not st.n_tokens
             drafted += len(st.draft)
-            claimed.add(st.uid)
             rows.append((st, buf, sampled))
+        claimed = {st.uid for st in states if st is not None}
         live = [row for row in rows if row is not None]
         if seconds is not None and live:
             if not prefill:  # prompt tokens cost far less each than decode rows: not fitted
@@ -303,11 +309,28 @@ class HedgeSpecProposer:
             return None
         return now - last
 
-    def _match(self, buf: np.ndarray, sampled: list[int], claimed: set[int]) -> RequestState:
-        """The state of the request this row continues, or a new one (its first step)."""
-        for st in self.states.values():
-            if st.uid not in claimed and st.extends(buf, sampled):
-                return st
+    def _match(self, bufs: list[np.ndarray | None],
+               sampled: list[list[int]]) -> list[RequestState | None]:
+        """Each row's request state (``None`` for a skipped row), a new one for a row that
+        continues none (its first step). Twins (the same prompt, the same answer so far) can
+        fit each other's states, so the rows are matched as an assignment: an exact fit
+        (:meth:`RequestState.fit`) before a plain one, the rows with fewest exact fits first."""
+        live = [r for r, b in enumerate(bufs) if b is not None]
+        fits = {r: {uid: st.fit(bufs[r], sampled[r]) for uid, st in self.states.items()}
+                for r in live}
+        live.sort(key=lambda r: (sum(f == 2 for f in fits[r].values()),
+                                 sum(f > 0 for f in fits[r].values())))
+        out: list[RequestState | None] = [None] * len(bufs)
+        claimed: set[int] = set()
+        for r in live:
+            free = {uid: f for uid, f in fits[r].items() if f and uid not in claimed}
+            out[r] = (self.states[max(free, key=free.get)] if free
+                      else self._new_state(bufs[r]))
+            claimed.add(out[r].uid)
+        return out
+
+    def _new_state(self, buf: np.ndarray) -> RequestState:
+        """A request's state at its first step."""
         uid, self._next_uid = self._next_uid, self._next_uid + 1
         n = len(self.drafters)
         book = RoundBook(n, self.K, corrected=False)  # point masses: rho = gamma

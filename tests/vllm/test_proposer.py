@@ -521,3 +521,22 @@ def test_without_a_prior_every_request_starts_uniform(tmp_path):
 def test_bad_prior_rounds_names_the_problem(tmp_path, value):
     with pytest.raises(ValueError, match="prior_rounds must be an integer >= 0"):
         _proposer(tmp_path, prior_rounds=value)
+
+
+def test_twin_requests_keep_their_own_states_when_one_fits_the_others_draft(tmp_path):
+    # two requests with the same prompt and answer, drafts [5, 6, 7] and [5, 9]: the second
+    # accepts 5 and samples 6 (its 9 rejected), the first accepts 5, 6 and samples 8. The
+    # second's row also extends the first's state (5 is a prefix of [5, 6, 7]); matched in
+    # row order it would take it and leave the first request a new state mid-request.
+    prop = _proposer(tmp_path, idle_steps=3)
+    prompt = list(range(20, 40))
+    buf = np.zeros((2, 64), np.int32)
+    buf[:, :21] = [*prompt, 3]
+    prop.propose([[3], [3]], np.array([21, 21]), buf)
+    first, second = prop.states.values()
+    first.draft, second.draft = [5, 6, 7], [5, 9]
+    rows = [[5, 6], [5, 6, 8]]  # the second request's row comes first
+    buf[0, 21:23], buf[1, 21:24] = rows[0], rows[1]
+    prop.propose(rows, np.array([23, 24]), buf)
+    assert prop._next_uid == 2  # no state re-created
+    assert (second.n_tokens, first.n_tokens) == (23, 24)
