@@ -202,9 +202,12 @@ def forward_features(model, ids: torch.LongTensor, cache, kwarg: str | None = No
                      ) -> tuple[torch.Tensor, tuple[torch.Tensor, ...]]:
     """:func:`forward_cached`, also returning ``output_hidden_states`` (the embeddings, then
     each layer's output; batch dimension dropped): logits ``(m, V)`` float32 and
-    ``L + 1`` tensors ``(m, H)``."""
+    ``L + 1`` tensors ``(m, H)``. Runs in ``torch.inference_mode`` as :func:`forward_cached`
+    does: a compiled step's graphs are guarded on the grad mode and on whether the cache holds
+    inference tensors, so the two must not differ (they did, and decoding recompiled until
+    torch.compile's recompile limit)."""
     kwarg = kwarg or cache_kwarg(model)
-    with torch.no_grad():
+    with torch.inference_mode():
         out = model(input_ids=ids.view(1, -1), use_cache=True, output_hidden_states=True,
                     **{kwarg: cache})
     return out.logits[0].float(), tuple(h[0] for h in out.hidden_states)
