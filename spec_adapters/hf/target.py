@@ -46,15 +46,23 @@ def cache_kwarg(model) -> str:
     return "cache" if "cache" in params else "past_key_values"
 
 
+def _run_cached(model, ids: torch.LongTensor, cache, kwarg: str | None, **extra):
+    """``model`` on the 1-D ``ids`` appended to ``cache``, in ``torch.inference_mode``: every
+    cached forward runs in this one grad mode, because a compiled step's graphs are guarded on
+    it and on whether the cache holds inference tensors (a step under another mode than the
+    prefill or warm-up that filled its cache recompiled on every call, until torch.compile's
+    recompile limit)."""
+    with torch.inference_mode():
+        return model(input_ids=ids.view(1, -1), use_cache=True,
+                     **{kwarg or cache_kwarg(model): cache}, **extra)
+
+
 def forward_cached(model, ids: torch.LongTensor, cache, kwarg: str | None = None) -> torch.Tensor:
     """Run ``model`` on the 1-D ``ids`` appended to ``cache`` (which grows); return logits (m, V).
 
     Positions are taken from the cache length, so the caller never passes position ids.
     """
-    kwarg = kwarg or cache_kwarg(model)
-    with torch.inference_mode():
-        out = model(input_ids=ids.view(1, -1), use_cache=True, **{kwarg: cache})
-    return out.logits[0].float()
+    return _run_cached(model, ids, cache, kwarg).logits[0].float()
 
 
 def cache_length(cache) -> int:
@@ -202,14 +210,8 @@ def forward_features(model, ids: torch.LongTensor, cache, kwarg: str | None = No
                      ) -> tuple[torch.Tensor, tuple[torch.Tensor, ...]]:
     """:func:`forward_cached`, also returning ``output_hidden_states`` (the embeddings, then
     each layer's output; batch dimension dropped): logits ``(m, V)`` float32 and
-    ``L + 1`` tensors ``(m, H)``. Runs in ``torch.inference_mode`` as :func:`forward_cached`
-    does: a compiled step's graphs are guarded on the grad mode and on whether the cache holds
-    inference tensors, so the two must not differ (they did, and decoding recompiled until
-    torch.compile's recompile limit)."""
-    kwarg = kwarg or cache_kwarg(model)
-    with torch.inference_mode():
-        out = model(input_ids=ids.view(1, -1), use_cache=True, output_hidden_states=True,
-                    **{kwarg: cache})
+    ``L + 1`` tensors ``(m, H)``."""
+    out = _run_cached(model, ids, cache, kwarg, output_hidden_states=True)
     return out.logits[0].float(), tuple(h[0] for h in out.hidden_states)
 
 

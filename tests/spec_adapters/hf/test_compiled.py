@@ -24,7 +24,7 @@ def compiled():
     return target, drafters, tm
 
 
-def _graphs() -> int:
+def _compiles() -> int:
     """Frames dynamo was asked to compile: a recompile counts even when it builds no graph (past
     torch.compile's recompile limit it falls back to eager, and ``unique_graphs`` stays put)."""
     return counters["frames"]["total"]
@@ -34,7 +34,7 @@ def test_steps_of_every_length_equal_eager_and_compile_nothing_after_the_warm_up
     target, _, tm = compiled
     eager = TargetModel(target, rows_first=False)
     assert tm.step_net is not tm.net and eager.step_net is eager.net
-    before = _graphs()
+    before = _compiles()
     prompt = torch.randint(3, 96, (57,), generator=torch.Generator().manual_seed(0))
     tm.prefill(prompt)
     eager.prefill(prompt)
@@ -47,20 +47,20 @@ def test_steps_of_every_length_equal_eager_and_compile_nothing_after_the_warm_up
         keep = tm.cached_length - k + k // 2  # reject half the drafts: a cropped cache
         tm.crop(keep)
         eager.crop(keep)
-    assert _graphs() == before  # every graph was built by the warm-up, none while decoding
+    assert _compiles() == before  # every graph was built by the warm-up, none while decoding
     again = TargetModel(target, rows_first=False, compiled=True)
-    assert again.step_net is tm.step_net and _graphs() == before  # once per net and process
+    assert again.step_net is tm.step_net and _compiles() == before  # once per net and process
 
 
 def test_verify_features_runs_compiled_equal_to_eager_and_compiles_only_at_its_warm_up(
         compiled):
     target, _, tm = compiled
     layers = (1, 2, 2)
-    before = _graphs()
+    before = _compiles()
     reader = tm.reading(layers)  # the hidden-state graphs are built here, once
-    built = _graphs()
+    built = _compiles()
     assert built > before and reader.features_net is tm.step_net
-    assert tm.reading((2, 1)).features_net is tm.step_net and _graphs() == built
+    assert tm.reading((2, 1)).features_net is tm.step_net and _compiles() == built
     eager = TargetModel(target, feature_layers=layers, rows_first=False)
     assert eager.features_net is eager.net
     prompt = torch.randint(3, 96, (41,), generator=torch.Generator().manual_seed(2))
@@ -75,7 +75,7 @@ def test_verify_features_runs_compiled_equal_to_eager_and_compiles_only_at_its_w
             torch.testing.assert_close(g, w, atol=1e-5, rtol=1e-5)
         reader.crop(reader.cached_length - k)
         eager.crop(eager.cached_length - k)
-    assert _graphs() == built  # no graph built while decoding
+    assert _compiles() == built  # no graph built while decoding
 
 
 def test_greedy_decoding_through_the_compiled_step_equals_generate(compiled):
