@@ -54,6 +54,8 @@ def main(argv=None) -> None:
                     help=f"tree: draft nodes kept (default {TreeConfig.total_tokens})")
     ap.add_argument("--max-tokens", type=int_arg(1), default=None,
                     help="answer tokens replayed per prompt (default: all)")
+    ap.add_argument("--head-dtype", choices=("float32", "bfloat16"), default="float32",
+                    help="the heads' weights and arithmetic (default float32)")
     ap.add_argument("--threads", type=int_arg(1), default=2)
     ap.add_argument("--out", default="results/heads/matrix.json")
     args = ap.parse_args(argv)
@@ -63,11 +65,13 @@ def main(argv=None) -> None:
         model, tok = load_target(args.target)
         held = load_features(args.heldout, model)
         if args.shipped is not None:
-            heads = load_shipped(args.shipped or shipped_heads_folder(model, tok), model)
+            heads = load_shipped(args.shipped or shipped_heads_folder(model, tok), model,
+                                 dtype=getattr(torch, args.head_dtype))
         else:
             folders = sorted(p for p in Path(args.heads).iterdir()
                              if (p / "eagle_config.json").is_file())
-            heads = {p.name: EagleHead.from_pretrained(p, target=model).eval() for p in folders}
+            heads = {p.name: EagleHead.from_pretrained(p, target=model).to(
+                getattr(torch, args.head_dtype)) for p in folders}
     except (ValueError, OSError) as err:
         ap.error(" ".join(str(err).split()))
     if "general" not in heads:

@@ -32,6 +32,7 @@ Writes everything to ``<out>/results.json``.
 from __future__ import annotations
 
 import copy
+import itertools
 import json
 import os
 import time
@@ -65,40 +66,44 @@ MODEL_FREE_FIXED = ("ngram-general", "prompt-lookup", "suffix")
 POOLS = ("model-free", "heads", "mixed")
 FIXED = (*(f"fixed {n}" for n in MODEL_FREE_FIXED), "fixed head general")
 MODES = ("eager", "compiled")
+HEAD_DTYPES = ("float32", "bfloat16")
 
 
 def _heads(args, model, tok) -> list[EagleHead]:
-    """The generalist first, then the specialists in domain order."""
+    """The generalist first, then the specialists in domain order, in ``--head-dtype``."""
+    dtype = getattr(torch, args.head_dtype)
     if args.heads:
         names = ["general", *[d for d in DOMAINS if (Path(args.heads) / d).is_dir()]]
-        heads = [EagleHead.from_pretrained(Path(args.heads) / n, target=model) for n in names]
+        heads = [EagleHead.from_pretrained(Path(args.heads) / n, target=model).to(dtype)
+                 for n in names]
         for n, h in zip(names, heads, strict=True):
             h.config.extra["name"] = n
         return heads
-    shipped = load_shipped(args.shipped or shipped_heads_folder(model, tok), model)
+    shipped = load_shipped(args.shipped or shipped_heads_folder(model, tok), model, dtype=dtype)
     return [shipped["general"], *[h for n, h in shipped.items() if n != "general"]]
 
 
 def _eval_cost(model, heads: list[EagleHead], reps: int = 30) -> dict:
     """Median seconds of one ``HeadPool.extend`` of 3 pairs at 1, 4 and 8 heads (the pool
     cycling through ``heads``), after 200 pairs of context; stacked (one vmapped call per
-    architecture) and head by head."""
+    architecture) and head by head; the heads in float32 and in bfloat16."""
     H = heads[0].config.hidden_size * len(heads[0].config.feature_layers)
     g = torch.Generator().manual_seed(0)
     ctx, new = torch.randn(200, H, generator=g), torch.randn(3, H, generator=g)
     ids = torch.randint(0, 1000, (203,), generator=g)
     out = {}
-    for n in (1, 4, 8):
-        for batched in (True, False):
-            pool = HeadPool([heads[i % len(heads)] for i in range(n)], model, batched=batched)
-            times = []
-            for _ in range(reps):
-                pool.reset()
-                pool.extend(ctx, ids[:200])
-                t = time.perf_counter()
-                pool.extend(new, ids[200:])
-                times.append(time.perf_counter() - t)
-            out[f"{n}-{'stacked' if batched else 'one-by-one'}"] = float(np.median(times))
+    cast = {d: [h if h.fc.weight.dtype == getattr(torch, d) else
+                copy.deepcopy(h).to(getattr(torch, d)) for h in heads] for d in HEAD_DTYPES}
+    for dtype, n, batched in itertools.product(HEAD_DTYPES, (1, 4, 8), (True, False)):
+        pool = HeadPool([cast[dtype][i % len(heads)] for i in range(n)], model, batched=batched)
+        times = []
+        for _ in range(reps):
+            pool.reset()
+            pool.extend(ctx, ids[:200])
+            t = time.perf_counter()
+            pool.extend(new, ids[200:])
+            times.append(time.perf_counter() - t)
+        out[f"{dtype} {n}-{'stacked' if batched else 'one-by-one'}"] = float(np.median(times))
     return out
 
 
@@ -118,6 +123,9 @@ def main(argv=None) -> None:
                     help="comma-separated; 0: greedy (default 0,0.7)")
     ap.add_argument("--targets", type=names_arg(MODES), default=MODES,
                     help="the target eager, compiled or both (default eager,compiled)")
+    ap.add_argument("--head-dtype", choices=HEAD_DTYPES, default="bfloat16",
+                    help="the heads' weights and arithmetic (default bfloat16: half the "
+                         "weight traffic of float32 on a CPU)")
     ap.add_argument("--k", type=int_arg(1), default=4, help="the longest draft K")
     ap.add_argument("--threads", type=int_arg(1), default=2)
     ap.add_argument("--out", default="results/mixed-pool", help="results folder")

@@ -416,7 +416,9 @@ class EagleHead(nn.Module):
     # ------------------------------------------------------------------ the pure forward
     def fuse(self, features: torch.Tensor) -> torch.Tensor:
         """Target features ``(..., F*H)`` -> fused feature ``(..., H)``: ``fc``, after the
-        per-layer ``fc_norm`` when the config has it (EAGLE-3.1)."""
+        per-layer ``fc_norm`` when the config has it (EAGLE-3.1). The features (the
+        target's, float32 or float16 from a cache) are cast to the head's dtype first."""
+        features = features.to(self.fc.weight.dtype)
         if self.config.fc_norm:
             chunks = features.chunk(len(self.fc_norm), dim=-1)
             features = torch.cat([n(x) for n, x in zip(self.fc_norm, chunks, strict=True)], -1)

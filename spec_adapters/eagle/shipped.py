@@ -167,10 +167,15 @@ def ship_heads(heads: dict[str, EagleHead], out: str | os.PathLike, command: str
     return manifest
 
 
-def load_shipped(folder: str | os.PathLike, target,
-                 names: list[str] | None = None) -> dict[str, EagleHead]:
+def load_shipped(folder: str | os.PathLike, target, names: list[str] | None = None,
+                 dtype: torch.dtype | None = None) -> dict[str, EagleHead]:
     """The heads of a shipped folder (all, or ``names``), float32-dequantised, bound to
-    ``target`` and in its dtype, in eval mode.
+    ``target``, in eval mode, in ``dtype`` (default: the target's).
+
+    ``dtype=torch.bfloat16`` halves the weight traffic that a head's step and the pool's
+    batched evaluation cost on a CPU (docs/eagle.md, "The heads in bfloat16"): the dequantised
+    ``Q * s`` is rounded once more, to 8 bits of mantissa; the target still verifies every
+    draft, so only acceptance can change, never the output.
 
     Raises
     ------
@@ -226,5 +231,7 @@ def load_shipped(folder: str | os.PathLike, target,
             state = {**{k: shared[k] for k in _shared_keys(shared)}, **state}
         config = json.loads((folder / name / CONFIG_FILE).read_text())
         heads[name] = eagle3_head(config, state, target, EagleHead)
+        if dtype is not None:
+            heads[name].to(dtype)
         heads[name].config.extra["name"] = name
     return heads

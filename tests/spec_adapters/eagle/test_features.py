@@ -4,11 +4,15 @@ acceptance."""
 
 from __future__ import annotations
 
+import copy
+
 import pytest
 import torch
 
+from spec_adapters.decoding.chain import HedgeSpecDecoder as ChainDecoder
 from spec_adapters.eagle import HedgeSpecDecoder, TreeConfig
 from spec_adapters.eagle.acceptance import chain_mat, pooled_mat, tree_mat
+from spec_adapters.eagle.chain import HeadDrafters
 from spec_adapters.eagle.features import Document, cache_features, load_features
 from spec_adapters.eagle.head import vocab_coverage
 from spec_adapters.eagle.train import TrainConfig, evaluate_head, train_head, unrolled_logits
@@ -125,19 +129,29 @@ def test_training_from_the_cache_learns_resumes_and_the_ttt_changes_it(data, tmp
     assert not torch.equal(a.fc.weight, c.fc.weight)
 
 
-def test_the_chain_and_tree_replays_are_the_decoders_mat(data, tmp_path):
+@pytest.fixture(scope="module")
+def answer(data, tmp_path_factory):
+    """The target's greedy answer to a 5-token prompt, its cached features and a head trained
+    on them: ``(prompt, answer ids, features, head)``."""
     target, docs = data
+    folder = tmp_path_factory.mktemp("answer")
     prompt = torch.tensor(docs[0].ids[:5])
     with torch.no_grad():
         out = target.generate(prompt.view(1, -1), max_new_tokens=30, do_sample=False,
                               pad_token_id=0)[0]
-    cache_features(target, [Document(tuple(out.tolist()), 5)], tmp_path, LAYERS,
+    cache_features(target, [Document(tuple(out.tolist()), 5)], folder, LAYERS,
                    progress=False)
-    fs = load_features(tmp_path, target)
-    head, _ = train_head(target, load_features(tmp_path, target), None,
+    fs = load_features(folder, target)
+    head, _ = train_head(target, fs, None,
                          TrainConfig(steps=30, batch_size=1, seq_len=64, lr=1e-2,
                                      draft_vocab_size=96, eval_every=99), progress=False,
                          log=None)
+    return prompt, out, fs, head
+
+
+def test_the_chain_and_tree_replays_are_the_decoders_mat(data, answer):
+    target, _ = data
+    prompt, out, fs, head = answer
     for k in (1, 3):
         (row,) = chain_mat(head, fs, k)
         dec = HedgeSpecDecoder(target, [head], tree=TreeConfig(depth=k, top_k=1, total_tokens=k),
@@ -159,6 +173,26 @@ def test_the_chain_and_tree_replays_are_the_decoders_mat(data, tmp_path):
         assert max(row["accepted"]) <= tree.depth
     with pytest.raises(ValueError, match="tree must be a TreeConfig"):
         tree_mat(head, fs, 3)
+
+
+def test_a_bfloat16_head_reads_float_features_and_decodes_the_targets_answer(data, answer):
+    """The heads in bfloat16 (half the weight traffic on a CPU) over a float32 target and
+    float16 cached features: the replays and both decoders run, and the output is the
+    target's; acceptance stays the float32 head's up to the rounding of near-ties."""
+    target, _ = data
+    prompt, out, fs, head = answer
+    half = copy.deepcopy(head).to(torch.bfloat16).bind(target)
+    assert half.fc.weight.dtype == torch.bfloat16 and half.inv_freq.dtype == torch.float32
+    (row,) = chain_mat(half, fs, 3)
+    (ref,) = chain_mat(head, fs, 3)
+    assert abs(row["mat"] - ref["mat"]) <= 0.25 * ref["mat"] and row["mat"] > 1.0
+    assert tree_mat(half, fs, TreeConfig(3, 3, 8))[0]["mat"] > 1.0
+    for dec in (HedgeSpecDecoder(target, [half], tree=TreeConfig(3, 3, 8), policy="fixed:0"),
+                ChainDecoder(target, HeadDrafters([half], target), draft_length=3,
+                             policy="fixed:0")):
+        res = dec.generate(prompt.view(1, -1), max_new_tokens=30, temperature=0.0)
+        assert res.sequences[0].tolist() == out.tolist()
+        assert sum(res.stats["accepted"]) > 0
 
 
 def test_vocab_coverage_counts_the_most_frequent_tokens_mass():

@@ -73,6 +73,11 @@ def test_a_shipped_folder_loads_back_as_the_heads_within_quantisation(pool, tmp_
                 torch.testing.assert_close(got[key], value, atol=1e-3, rtol=1e-3)
         assert heads[name].config.extra["name"] == name
     torch.testing.assert_close(heads["code"].lm_head.weight, heads["general"].lm_head.weight)
+    half = load_shipped(tmp_path / "h", target, names=["code"], dtype=torch.bfloat16)["code"]
+    for key, value in heads["code"].state_dict().items():  # the float32 load, rounded once
+        want = value.to(torch.bfloat16) if value.is_floating_point() else value
+        assert torch.equal(half.state_dict()[key], want), key
+    assert half.embed(torch.tensor([1])).dtype == torch.bfloat16  # bound, in its dtype
 
 
 def test_foreign_changed_or_incomplete_folders_are_refused_by_name(pool, tmp_path):
