@@ -32,6 +32,7 @@ from spec_adapters.app.heads import shipped_heads_folder
 from spec_adapters.eagle import EagleHead
 from spec_adapters.eagle.acceptance import chain_mat, pooled_mat, tree_mat
 from spec_adapters.eagle.features import load_features
+from spec_adapters.eagle.lowrank import lowrank_specialists
 from spec_adapters.eagle.shipped import load_shipped
 from spec_adapters.eagle.train import evaluate_head
 from spec_adapters.eagle.tree import TreeConfig
@@ -56,6 +57,9 @@ def main(argv=None) -> None:
                     help="answer tokens replayed per prompt (default: all)")
     ap.add_argument("--head-dtype", choices=("float32", "bfloat16"), default="float32",
                     help="the heads' weights and arithmetic (default float32)")
+    ap.add_argument("--delta-rank", type=int_arg(0), default=0,
+                    help="the specialists as rank-R deltas of the generalist "
+                         "(spec_adapters.eagle.lowrank; default 0: as they are)")
     ap.add_argument("--threads", type=int_arg(1), default=2)
     ap.add_argument("--out", default="results/heads/matrix.json")
     args = ap.parse_args(argv)
@@ -65,13 +69,14 @@ def main(argv=None) -> None:
         model, tok = load_target(args.target)
         held = load_features(args.heldout, model)
         if args.shipped is not None:
-            heads = load_shipped(args.shipped or shipped_heads_folder(model, tok), model,
-                                 dtype=getattr(torch, args.head_dtype))
+            heads = load_shipped(args.shipped or shipped_heads_folder(model, tok), model)
         else:
             folders = sorted(p for p in Path(args.heads).iterdir()
                              if (p / "eagle_config.json").is_file())
-            heads = {p.name: EagleHead.from_pretrained(p, target=model).to(
-                getattr(torch, args.head_dtype)) for p in folders}
+            heads = {p.name: EagleHead.from_pretrained(p, target=model) for p in folders}
+        if args.delta_rank:  # factored in float32, then cast
+            heads = lowrank_specialists(heads, "general", args.delta_rank)
+        heads = {n: h.to(getattr(torch, args.head_dtype)) for n, h in heads.items()}
     except (ValueError, OSError) as err:
         ap.error(" ".join(str(err).split()))
     if "general" not in heads:

@@ -15,7 +15,10 @@ A grid, every cell on the same prompts: ``--tokens`` new tokens (at most; EOS st
 no top-p / top-k, as the benchmark's target row samples), and the target ``--targets`` eager
 or compiled (``torch.compile``; the target row is then our compiled step alone, one token a
 step; eager, ``model.generate``). Every finished run is appended to ``<out>/records.jsonl``;
-a re-run resumes (``<out>/settings.json`` refuses other settings).
+a re-run resumes, and a run with other cells (``--tokens``, ``--temperatures``, ``--targets``)
+adds them to the same folder, so the grid can be assembled over several sessions
+(``<out>/settings.json`` refuses other heads, prompts, ``--k`` or ``--head-dtype``); the
+summary covers every complete cell of the folder.
 
 Prints, per cell, MAT and tokens/s per method overall and per domain, each speed-up over the
 model-free pool, per-drafter choice shares of the mixed pool, the heads' share of a round
@@ -55,6 +58,7 @@ from spec_adapters.decoding.chain import HedgeSpecDecoder
 from spec_adapters.drafters.suffix import SuffixDrafter
 from spec_adapters.eagle import EagleHead
 from spec_adapters.eagle.chain import HeadDrafters
+from spec_adapters.eagle.lowrank import lowrank_specialists
 from spec_adapters.eagle.pool import HeadPool
 from spec_adapters.eagle.shipped import load_shipped
 from spec_adapters.hf.models import load_target
@@ -67,20 +71,25 @@ POOLS = ("model-free", "heads", "mixed")
 FIXED = (*(f"fixed {n}" for n in MODEL_FREE_FIXED), "fixed head general")
 MODES = ("eager", "compiled")
 HEAD_DTYPES = ("float32", "bfloat16")
+# a results folder grows cell by cell: runs with other cells (and threads) may share it
+GRID_AXES = ("tokens", "temperatures", "targets", "threads")
 
 
 def _heads(args, model, tok) -> list[EagleHead]:
-    """The generalist first, then the specialists in domain order, in ``--head-dtype``."""
-    dtype = getattr(torch, args.head_dtype)
+    """The generalist first, then the specialists in domain order (as low-rank deltas of the
+    generalist with ``--delta-rank``), in ``--head-dtype``."""
     if args.heads:
         names = ["general", *[d for d in DOMAINS if (Path(args.heads) / d).is_dir()]]
-        heads = [EagleHead.from_pretrained(Path(args.heads) / n, target=model).to(dtype)
-                 for n in names]
-        for n, h in zip(names, heads, strict=True):
+        heads = {n: EagleHead.from_pretrained(Path(args.heads) / n, target=model) for n in names}
+        for n, h in heads.items():
             h.config.extra["name"] = n
-        return heads
-    shipped = load_shipped(args.shipped or shipped_heads_folder(model, tok), model, dtype=dtype)
-    return [shipped["general"], *[h for n, h in shipped.items() if n != "general"]]
+    else:
+        heads = load_shipped(args.shipped or shipped_heads_folder(model, tok), model)
+    if args.delta_rank:  # factored in float32, then cast
+        heads = lowrank_specialists(heads, "general", args.delta_rank)
+    dtype = getattr(torch, args.head_dtype)
+    return [heads["general"].to(dtype), *[h.to(dtype) for n, h in heads.items()
+                                          if n != "general"]]
 
 
 def _eval_cost(model, heads: list[EagleHead], reps: int = 30) -> dict:
@@ -126,6 +135,10 @@ def main(argv=None) -> None:
     ap.add_argument("--head-dtype", choices=HEAD_DTYPES, default="bfloat16",
                     help="the heads' weights and arithmetic (default bfloat16: half the "
                          "weight traffic of float32 on a CPU)")
+    ap.add_argument("--delta-rank", type=int_arg(0), default=0,
+                    help="the specialists as rank-R deltas of the generalist, so the pool's "
+                         "evaluation reads one decoder layer (spec_adapters.eagle.lowrank; "
+                         "default 0: as shipped)")
     ap.add_argument("--k", type=int_arg(1), default=4, help="the longest draft K")
     ap.add_argument("--threads", type=int_arg(1), default=2)
     ap.add_argument("--out", default="results/mixed-pool", help="results folder")
@@ -133,7 +146,7 @@ def main(argv=None) -> None:
     torch.set_num_threads(args.threads)
     out = Path(args.out)
     try:
-        check_settings(out, {k: v for k, v in vars(args).items() if k != "threads"})
+        check_settings(out, _settings(args))
         model, tok = load_target(args.target, args.cache_dir)
         prepare_domains(args.cache_dir, DOMAINS)
         domains = load_domains(args.cache_dir, DOMAINS)
@@ -174,7 +187,7 @@ def main(argv=None) -> None:
     summary = {f"{mode} {n} T={t}": _summary(_cell_rows(records, (mode, n, t), prompts),
                                              methods, heads, f"{mode} target, {n} tokens, "
                                              f"T = {t}", greedy=t == 0)
-               for mode, n, t in cells}
+               for mode, n, t in _complete_cells(records, prompts, methods)}
     _print_targets(summary)
     summary["eval_cost"] = _eval_cost(model, heads)
     print("\nbatched evaluation of the heads, one extend of 3 verified pairs (ms): " + ", ".join(
@@ -182,6 +195,21 @@ def main(argv=None) -> None:
     (out / "results.json").write_text(json.dumps({"args": vars(args), "summary": summary},
                                                  indent=1))
     print(f"results: {out}/results.json, records: {records.path}")
+
+
+def _settings(args) -> dict:
+    """What a results folder is tied to: every argument but the grid's axes."""
+    return {k: v for k, v in vars(args).items() if k not in GRID_AXES}
+
+
+def _complete_cells(records: Records, prompts: list[tuple], methods: list[str]
+                    ) -> list[tuple]:
+    """The cells ``(mode, tokens, temperature)`` of ``records`` (this run's and earlier runs'
+    into the folder) in which every prompt ran with every method, in grid order."""
+    cells = {(r["section"], r["n"], float(r["temperature"])) for r in records.rows.values()}
+    return sorted((c for c in cells if all(records.has(c[0], q[0], c[2], m, c[1])
+                                           for q in prompts for m in methods)),
+                  key=lambda c: (MODES.index(c[0]), c[1], c[2]))
 
 
 def _decoders(model, pool, heads: list[EagleHead], k: int, compiled: bool) -> dict:

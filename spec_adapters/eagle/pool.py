@@ -22,10 +22,13 @@ __all__ = ["HeadPool"]
 
 
 def _signature(head: EagleHead) -> tuple:
+    """What heads stacked together must share: the computation and every weight's name and
+    shape (a :mod:`.lowrank` head has delta factors where a plain one has none)."""
     c = head.config
     return (c.hidden_size, c.feature_layers, c.draft_vocab_size, c.num_attention_heads,
             c.num_key_value_heads, c.intermediate_size, c.rope_theta, c.rms_norm_eps,
-            next(head.parameters()).dtype)
+            next(head.parameters()).dtype,
+            tuple((k, tuple(v.shape)) for k, v in head.named_parameters()))
 
 
 class _Group:
@@ -65,8 +68,10 @@ class HeadPool:
     Parameters
     ----------
     heads : list of EagleHead
-        Non-empty; each is checked against ``target`` (``ValueError`` otherwise) and bound
-        to its embedding table.
+        Non-empty; each is checked against ``target`` (``ValueError`` otherwise), bound
+        to its embedding table, put in eval mode and frozen (the pool only evaluates; a
+        specialist trained with ``midlayer_only`` beside a trainable base would otherwise
+        not stack).
     target : transformers causal LM
     batched : bool
         Evaluate same-architecture heads in one vmapped call (``False``: one call per head,
@@ -81,7 +86,7 @@ class HeadPool:
             if not isinstance(h, EagleHead):
                 raise ValueError(f"heads[{i}] is {type(h).__name__}, not an EagleHead")
             h.bind(target)
-            h.eval()
+            h.eval().requires_grad_(False)
         fl = {h.config.feature_layers for h in heads}
         if len(fl) != 1:
             raise ValueError(f"all heads must read the same target feature layers, got {fl}")

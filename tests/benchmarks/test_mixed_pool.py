@@ -1,12 +1,16 @@
 """benchmarks/mixed_pool.py's grid bookkeeping on synthetic records: a cell's rows, the greedy
-check against ``model.generate`` (the eager cell's target), and the targets line."""
+check against ``model.generate`` (the eager cell's target), the targets line, and a results
+folder that grows cell by cell."""
 
 from __future__ import annotations
 
 import importlib.util
+from argparse import Namespace
 from pathlib import Path
 
-from spec_adapters.app.bench.records import Records
+import pytest
+
+from spec_adapters.app.bench.records import Records, SettingsMismatchError, check_settings
 
 SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "mixed_pool.py"
 
@@ -58,3 +62,31 @@ def test_cells_check_greedy_runs_against_generate_and_print_the_targets(tmp_path
     line = capsys.readouterr().out.strip().splitlines()[-1]
     assert line == ("| eager 8 T=0.0 | 2.00 | 2.00 | 1.00 | 1.00 (fixed ngram-general) | 1.00 "
                     "| 30% | 25% |")
+
+
+def test_a_results_folder_grows_cell_by_cell_and_summarises_complete_cells(tmp_path):
+    mp = _script()
+    base = {"per_domain": 5, "k": 4, "head_dtype": "bfloat16", "out": str(tmp_path)}
+    (tmp_path / "records.jsonl").write_text("")
+    check_settings(tmp_path, mp._settings(Namespace(**base, tokens=(128,), temperatures=(0.0,),
+                                                    targets=("eager",), threads=2)))
+    # other cells (and threads) may add to the folder; another K may not
+    check_settings(tmp_path, mp._settings(Namespace(**base, tokens=(256,),
+                                                    temperatures=(0.7,),
+                                                    targets=("compiled",), threads=1)))
+    with pytest.raises(SettingsMismatchError):
+        check_settings(tmp_path, mp._settings(Namespace(**{**base, "k": 3}, tokens=(128,),
+                                                        temperatures=(0.0,),
+                                                        targets=("eager",), threads=2)))
+    methods = ["target", *(f"HedgeSpec {n}" for n in mp.POOLS), *mp.FIXED]
+    prompts = [("code-0", "code", "p0"), ("news-0", "news", "p1")]
+    records = Records(tmp_path / "records.jsonl")
+    for mode in ("compiled", "eager"):
+        for qid, _, _ in prompts:
+            for m in methods:
+                if (mode, qid, m) != ("compiled", "news-0", "fixed suffix"):
+                    records.add(_run(mode, qid, m, [1, 2], 1.0, 1))
+    assert mp._complete_cells(records, prompts, methods) == [("eager", 8, 0.0)]
+    records.add(_run("compiled", "news-0", "fixed suffix", [1, 2], 1.0, 1))
+    assert mp._complete_cells(Records(records.path), prompts, methods) == [
+        ("eager", 8, 0.0), ("compiled", 8, 0.0)]
