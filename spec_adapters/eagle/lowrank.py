@@ -100,8 +100,7 @@ def lowrank_specialists(heads: dict[str, EagleHead], base: str, rank: int
                 head.config.intermediate_size != general.config.intermediate_size:
             raise ValueError(f"head {name!r} has another architecture than {base!r}")
         state = head.state_dict()
-        if any(k not in state or state[k].shape != v.shape or not torch.equal(state[k], v)
-               for k, v in shared.items()):
+        if any(k not in state or not torch.equal(state[k], v) for k, v in shared.items()):
             raise ValueError(f"head {name!r} is not a specialist of {base!r}: its weights "
                              "outside the decoder layer (fc, norm, lm_head, d2t) differ; "
                              f"fine-tune it from {base!r} with midlayer_only")
@@ -111,6 +110,5 @@ def lowrank_specialists(heads: dict[str, EagleHead], base: str, rank: int
             w_g = getattr(general, layer).weight.detach()
             delta = getattr(head, layer).weight.detach() - w_g
             setattr(twin, layer, DeltaLinear(w_g, *_factors(delta, rank)))
-        twin.config.extra["delta_rank"] = rank
         out[name] = twin
     return out

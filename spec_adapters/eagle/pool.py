@@ -126,14 +126,14 @@ class HeadPool:
         m = int(next_tokens.numel())
         pos = torch.arange(self.length, self.length + m)
         emb = self.heads[0].embed(next_tokens.view(-1)).unsqueeze(0)
-        feats = features.to(device=emb.device, dtype=emb.dtype).unsqueeze(0)
+        feats = features.to(emb.device).unsqueeze(0)  # the head's fuse casts the dtype
         out: list[torch.Tensor | None] = [None] * self.n
         for g, grp in enumerate(self.groups):
             pk, pv = self._gk[g], self._gv[g]
             if pk is None:
                 c = grp.heads[0].config
                 shape = (len(grp.members), 1, c.num_key_value_heads, 0, c.head_dim)
-                pk = pv = feats.new_zeros(shape)
+                pk = pv = emb.new_zeros(shape)  # the heads' dtype
             logits, z, nk, nv = grp(feats, emb, pos, pk, pv)
             self._gk[g] = torch.cat([pk, nk], 3)
             self._gv[g] = torch.cat([pv, nv], 3)
