@@ -16,10 +16,12 @@ last token, ``output_hidden_states`` of that pass; never an extra target call):
   head in one batched forward (the first member of a round runs it, the others read their rows):
   what each head predicted at each verified token, for the counterfactual evaluation.
 
-A head's logits cover its draft vocabulary only; over the target vocabulary the other tokens
-get probability 0 (``-inf`` logits), so they are never proposed (acceptance, not losslessness,
-pays for it). Heads always extend, whatever the policy: the pool is batched and keeps all heads
-at one context length (no lazy catch-up).
+A head's logits cover its draft vocabulary only; its distributions are
+:class:`~spec_adapters.core.proposal.Reduced` rows (the other tokens of the target vocabulary
+have probability 0, so they are never proposed: acceptance, not losslessness, pays for it), and
+drawing, warping and the sampled gamma cost the draft vocabulary's ``Vd`` columns, not ``V``.
+Heads always extend, whatever the policy: the pool is batched and keeps all heads at one context
+length (no lazy catch-up).
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from spec_adapters.core.proposal import Proposal
+from spec_adapters.core.proposal import Proposal, Reduced
 from spec_adapters.drafters.base import check_k, sample_draft
 
 from .head import EagleHead
@@ -125,26 +127,26 @@ class HeadDrafter:
             if root is None:
                 return None
             if drafts.numel() == 0:
-                return self._full(root.view(1, -1))[0]
+                return self._rows(root.view(1, -1))
             k_, v_ = state["kv"]
             pos = torch.tensor([self._pairs + drafts.numel() - 1])
             emb = self.head.embed(drafts[-1:]).unsqueeze(0)
             logits, fed, nk, nv = self.head(state["h"].view(1, 1, -1), emb, pos, k_, v_)
             state["h"], state["kv"] = fed[0, -1], (torch.cat([k_, nk], 2),
                                                    torch.cat([v_, nv], 2))
-            return self._full(logits[0])[0]
+            return self._rows(logits[0])
 
         return sample_draft(k, sampling, generator, predict_after, self.vocab_size)
 
     def extend(self, tokens: torch.LongTensor, features: torch.Tensor | None = None
-               ) -> torch.Tensor:
-        """Append the verified pairs; logits ``(m, V)`` that predicted each token (``-inf``
-        outside the draft vocabulary; a uniform row over it where no pair existed yet)."""
+               ) -> Reduced:
+        """Append the verified pairs; the ``m`` distributions that predicted each token (on the
+        draft vocabulary; a uniform row over it where no pair existed yet)."""
         preds = self._advance(tokens, features)
         missing = int(tokens.numel()) - preds.shape[0]
         if missing:  # uniform over the draft vocabulary: the head had nothing to go on
             preds = torch.cat([preds.new_zeros(missing, preds.shape[1]), preds])
-        return self._full(preds)
+        return self._rows(preds)
 
     def extend_argmax(self, tokens: np.ndarray, features: torch.Tensor | None = None
                       ) -> np.ndarray:
@@ -168,9 +170,6 @@ class HeadDrafter:
         self._pairs += int(tokens.numel())
         return preds
 
-    def _full(self, logits: torch.Tensor) -> torch.Tensor:
-        """Draft-vocabulary logits ``(m, Vd)`` -> ``(m, V)`` float32, ``-inf`` off it."""
-        full = torch.full((logits.shape[0], self.vocab_size), -torch.inf, dtype=torch.float32,
-                          device=logits.device)
-        full[:, self.head.d2t] = logits.float()
-        return full
+    def _rows(self, logits: torch.Tensor) -> Reduced:
+        """Draft-vocabulary logits ``(m, Vd)`` -> their float32 distributions on it."""
+        return Reduced(torch.softmax(logits.float(), -1), self.head.d2t, self.vocab_size)

@@ -1,4 +1,5 @@
-"""Draft distributions in their cheapest exact form: point mass, sparse mixture, dense.
+"""Draft distributions in their cheapest exact form: point mass, sparse mixture, reduced
+vocabulary, dense.
 
 A drafter's distribution ``q`` at ``m`` positions (and, stacked, for ``N`` drafters) is a
 :class:`Rows` object in one of three forms:
@@ -8,6 +9,8 @@ A drafter's distribution ``q`` at ``m`` positions (and, stacked, for ``N`` draft
 - :class:`Sparse`: ``q_j(x) = v_j(x)`` on a small support ``S_j`` and ``lam_j b(x)`` off it,
   with ``b`` a fixed full-support :class:`Base` (an n-gram's Witten-Bell mixture: its matches
   plus ``lam`` times the unigram or uniform base);
+- :class:`Reduced`: ``(..., m, Vd)`` probabilities on a fixed subset of ``Vd`` token ids, 0
+  off it (an EAGLE-3 head's draft vocabulary): every operation costs ``Vd``, not ``V``;
 - :class:`Dense`: ``(..., m, V)`` probabilities (model drafters).
 
 Each form computes what the decoders need without building what it does not need:
@@ -29,10 +32,9 @@ argmax already found by the compiled
 so greedy decoding turns them into point masses without building a tensor.
 :func:`draw` samples one row. :func:`check_distribution` validates dense probabilities.
 
-One module per form (:mod:`.point`, :mod:`.sparse`, :mod:`.dense`), the interface they share
-(:mod:`.rows`) and what the decoders do with any of them (:mod:`.operations`); everything is
-importable from here.
-"""
+One module per form (:mod:`.point`, :mod:`.sparse`, :mod:`.reduced`, :mod:`.dense`), the
+interface they share (:mod:`.rows`) and what the decoders do with any of them
+(:mod:`.operations`); everything is importable from here. """
 
 from spec_adapters.core.proposal.dense import Dense
 from spec_adapters.core.proposal.operations import (
@@ -44,9 +46,9 @@ from spec_adapters.core.proposal.operations import (
     warp,
 )
 from spec_adapters.core.proposal.point import PointMass
+from spec_adapters.core.proposal.reduced import Reduced
 from spec_adapters.core.proposal.rows import Proposal, Rows, check_distribution
 from spec_adapters.core.proposal.sparse import Base, Sparse
 
-__all__ = ["Base", "Dense", "PointMass", "Proposal", "Rows", "Sparse", "as_rows", "cat_rows",
-           "check_distribution", "draw", "stack_rows", "target_and_draft",
-           "warp"]
+__all__ = ["Base", "Dense", "PointMass", "Proposal", "Reduced", "Rows", "Sparse", "as_rows",
+           "cat_rows", "check_distribution", "draw", "stack_rows", "target_and_draft", "warp"]

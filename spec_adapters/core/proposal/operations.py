@@ -9,6 +9,7 @@ import torch
 
 from spec_adapters.core.proposal.dense import Dense
 from spec_adapters.core.proposal.point import PointMass
+from spec_adapters.core.proposal.reduced import Reduced
 from spec_adapters.core.proposal.rows import Rows, check_distribution, pad_last
 from spec_adapters.core.proposal.sparse import Base, Sparse
 
@@ -50,8 +51,8 @@ def warp(pred, sampling: SamplingConfig) -> Rows:
     ----------
     pred : torch.Tensor or Rows
         Logits ``(..., V)`` (a model drafter), or an unwarped form: :class:`PointMass` (warping
-        keeps it), :class:`Sparse` (the mixture at temperature 1), :class:`Dense`
-        (probabilities).
+        keeps it), :class:`Sparse` (the mixture at temperature 1), :class:`Reduced` or
+        :class:`Dense` (probabilities).
     sampling : SamplingConfig
 
     Returns
@@ -60,7 +61,9 @@ def warp(pred, sampling: SamplingConfig) -> Rows:
         Greedy: the :class:`PointMass` at the argmax (first index on ties, as
         :meth:`SamplingConfig.probs`). Otherwise logits and dense rows give :class:`Dense`
         ``sampling.probs``; a sparse mixture stays :class:`Sparse` under temperature alone
-        (exact closed form) and becomes dense under top-k / top-p.
+        (exact closed form) and becomes dense under top-k / top-p; a reduced-vocabulary row
+        stays :class:`Reduced` (exact: the tokens off its subset have probability 0 before
+        and after any warping).
     """
     if isinstance(pred, torch.Tensor):
         if sampling.greedy:
@@ -72,21 +75,31 @@ def warp(pred, sampling: SamplingConfig) -> Rows:
         return PointMass(pred.argmax(), pred.vocab_size)
     if isinstance(pred, Sparse) and sampling.top_k is None and sampling.top_p == 1.0:
         return pred.tempered(sampling.temperature)
-    d = pred.dense()
-    alive = (d.sum(-1) > 0).unsqueeze(-1)  # zero rows (abstentions) stay zero
-    return Dense(sampling.probs(torch.where(alive, d.log(), 0.0)) * alive)
+    if isinstance(pred, Reduced):
+        return Reduced(_warp_probs(pred.probs, sampling), pred.ids, pred.vocab_size)
+    return Dense(_warp_probs(pred.dense(), sampling))
+
+
+def _warp_probs(probs: torch.Tensor, sampling: SamplingConfig) -> torch.Tensor:
+    """``sampling`` applied to probabilities (as logits ``log probs``); zero rows (abstentions)
+    stay zero."""
+    alive = (probs.sum(-1) > 0).unsqueeze(-1)
+    return sampling.probs(torch.where(alive, probs.log(), 0.0)) * alive
 
 
 def draw(q: Rows, generator: torch.Generator | None) -> int:
-    """One token from the one-row ``q``: a point mass is its token (no randomness), a dense row
-    ``torch.multinomial``, a sparse mixture the base (inverse CDF, cached) with probability
-    ``lam`` and its support's excess over the base otherwise (two uniforms)."""
+    """One token from the one-row ``q``: a point mass is its token (no randomness), a dense or
+    reduced-vocabulary row ``torch.multinomial`` (over its ``Vd`` columns), a sparse mixture the
+    base (inverse CDF, cached) with probability ``lam`` and its support's excess over the base
+    otherwise (two uniforms)."""
     if len(q) != 1:
         raise ValueError(f"draw needs one row, got {len(q)}")
     if isinstance(q, PointMass):
         return int(q.tokens[0])
     if isinstance(q, Dense):
         return int(torch.multinomial(q.probs[0], 1, generator=generator))
+    if isinstance(q, Reduced):
+        return int(q.ids[int(torch.multinomial(q.probs[0], 1, generator=generator))])
     device = generator.device if generator is not None else torch.device("cpu")
     u_branch, u_pick = torch.rand(2, dtype=torch.float64, generator=generator,
                                   device=device).tolist()
@@ -116,6 +129,8 @@ def _join(rows: list[Rows], stack: bool) -> Rows:
         return PointMass(join([r.tokens for r in rows]), first.vocab_size)
     if isinstance(first, Dense):
         return Dense(join([r.probs for r in rows]))
+    if isinstance(first, Reduced):
+        return _join_reduced(rows, stack)
     width = max(r.support.shape[-1] for r in rows)
     if stack:
         base = Base(torch.stack([r.base.probs for r in rows]))
@@ -126,6 +141,18 @@ def _join(rows: list[Rows], stack: bool) -> Rows:
     return Sparse(join([pad_last(r.support, width, -1) for r in rows]),
                   join([pad_last(r.values, width, 0.0) for r in rows]),
                   join([r.lam for r in rows]), base)
+
+
+def _join_reduced(rows: list[Reduced], stack: bool) -> Reduced:
+    """Stack subsets of different sizes padded with zero-probability columns (id 0); along
+    positions the rows must share one subset."""
+    if not stack:
+        if any(not torch.equal(r.ids, rows[0].ids) for r in rows):
+            raise ValueError("reduced rows joined along positions must share one subset")
+        return Reduced(torch.cat([r.probs for r in rows]), rows[0].ids, rows[0].vocab_size)
+    width = max(r.ids.shape[-1] for r in rows)
+    return Reduced(torch.stack([pad_last(r.probs, width, 0.0) for r in rows]),
+                   torch.stack([pad_last(r.ids, width, 0) for r in rows]), rows[0].vocab_size)
 
 
 def cat_rows(rows: list[Rows]) -> Rows:

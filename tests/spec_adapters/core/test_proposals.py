@@ -1,4 +1,5 @@
-"""Proposal forms (point mass, sparse mixture, dense) against their dense reference: gamma, rho,
+"""Proposal forms (point mass, sparse mixture, reduced vocabulary, dense) against their dense
+reference: gamma, rho,
 acceptance decisions and laws, warping, sampling; abstention; the decoder with every form."""
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from spec_adapters.core.proposal import (
     Base,
     Dense,
     PointMass,
+    Reduced,
     Sparse,
     cat_rows,
     draw,
@@ -60,17 +62,25 @@ def random_sparse(rng, m, V, S, zero_rows=()):
     return cat_rows(rows)
 
 
+def random_reduced(rng, m, V, zero_rows=()):
+    """Random rows on a random subset of random size, its ids in no particular order."""
+    ids = torch.tensor(rng.choice(V, size=int(rng.integers(2, V)), replace=False))
+    probs = torch.tensor(rng.dirichlet(np.ones(len(ids)), size=m), dtype=torch.float32)
+    probs[list(zero_rows)] = 0.0
+    return Reduced(probs, ids, V)
+
+
 def forms(rng, m, V):
-    """One of each form, with an abstaining row in the point mass and the sparse mixture."""
+    """One of each form, with an abstaining row in all but the dense one."""
     dense = Dense(torch.tensor(rng.dirichlet(np.ones(V), size=m), dtype=torch.float32))
     tokens = torch.tensor(rng.integers(0, V, size=m))
     tokens[0] = -1
     return {"point": PointMass(tokens, V), "sparse": random_sparse(rng, m, V, 6, zero_rows={1}),
-            "dense": dense}
+            "reduced": random_reduced(rng, m, V, zero_rows={m - 1}), "dense": dense}
 
 
 @pytest.mark.parametrize("seed", range(6))
-@pytest.mark.parametrize("kind", ["point", "sparse", "dense"])
+@pytest.mark.parametrize("kind", ["point", "sparse", "reduced", "dense"])
 def test_gamma_and_rho_of_every_form_equal_the_dense_reference(seed, kind):
     rng = np.random.default_rng(seed)
     m, V = 5, 23
@@ -109,10 +119,16 @@ def test_position_stats_of_mixed_forms_equal_the_stacked_dense_reference(seed):
     torch.testing.assert_close(gamma, g_ref, atol=1e-6, rtol=0)
     torch.testing.assert_close(rho, r_ref, atol=1e-6, rtol=0)
     assert proposes.tolist() == pr_ref.tolist()
-    stacked = stack_rows([drafters[1], drafters[4]])  # two sparse drafters, bases differ
+    stacked = stack_rows([drafters[1], drafters[5]])  # two sparse drafters, bases differ
     assert stacked.lead == (2, m)
-    torch.testing.assert_close(acceptance_probability(p, stacked), g_ref[[1, 4]], atol=1e-6,
+    torch.testing.assert_close(acceptance_probability(p, stacked), g_ref[[1, 5]], atol=1e-6,
                                rtol=0)
+    stacked = stack_rows([drafters[2], drafters[6]])  # two reduced drafters, subsets differ
+    assert stacked.lead == (2, m)
+    torch.testing.assert_close(stacked.dense(), torch.stack([drafters[2].dense(),
+                                                             drafters[6].dense()]))
+    ref = stacked.dense()
+    assert stacked.argmax().tolist() == torch.where(ref.sum(-1) > 0, ref.argmax(-1), -1).tolist()
 
 
 @pytest.mark.parametrize("seed", range(4))
@@ -156,7 +172,7 @@ def test_greedy_stats_equal_position_stats_with_the_targets_point_mass(seed):
 
 
 @pytest.mark.parametrize("seed", range(8))
-@pytest.mark.parametrize("kind", ["point", "sparse", "dense"])
+@pytest.mark.parametrize("kind", ["point", "sparse", "reduced", "dense"])
 def test_acceptance_decisions_and_laws_of_every_form_equal_the_dense_reference(seed, kind):
     rng = np.random.default_rng(100 + seed)
     K, V = 3, 9
@@ -165,6 +181,8 @@ def test_acceptance_decisions_and_laws_of_every_form_equal_the_dense_reference(s
         q = PointMass(torch.tensor(rng.integers(0, V, size=K)), V)
     if kind == "sparse":
         q = random_sparse(rng, K, V, 4)
+    if kind == "reduced":
+        q = random_reduced(rng, K, V)
     ref = q.dense()
     draft = torch.tensor([int(torch.multinomial(ref[k], 1)) for k in range(K)])
     p = torch.tensor(rng.dirichlet(np.ones(V), size=K + 1), dtype=torch.float32)
@@ -244,6 +262,25 @@ def test_warping_a_sparse_mixture_equals_warping_its_dense_form(sampling):
         got.check("warped")
 
 
+@pytest.mark.parametrize("sampling", [SamplingConfig(0.0), SamplingConfig(1.0),
+                                      SamplingConfig(0.4), SamplingConfig(0.8, top_k=3),
+                                      SamplingConfig(0.9, top_p=0.7)])
+def test_warping_reduced_rows_equals_warping_their_dense_form_and_stays_reduced(sampling):
+    rng = np.random.default_rng(8)
+    q = random_reduced(rng, 5, 29, zero_rows={2})
+    ref = q.dense()
+    alive = ref.sum(-1) > 0
+    got = warp(q, sampling)
+    if sampling.greedy:
+        assert isinstance(got, PointMass)
+        assert got.tokens.tolist() == torch.where(alive, ref.argmax(-1), -1).tolist()
+        return
+    assert isinstance(got, Reduced) and torch.equal(got.ids, q.ids)
+    want = sampling.probs(torch.where(alive[:, None], ref.log(), 0.0)) * alive[:, None]
+    torch.testing.assert_close(got.dense(), want, atol=1e-6, rtol=1e-5)
+    got.check("warped")
+
+
 def test_greedy_argmax_of_a_sparse_mixture_may_lie_off_its_support():
     base = Base(torch.tensor([0.1, 0.5, 0.4]))
     q = Sparse(torch.tensor([[0, 2]]), torch.tensor([[0.2, 0.4]]), torch.tensor([0.8]), base)
@@ -289,11 +326,14 @@ def test_sparse_rows_from_arrays_and_their_compiled_argmax_equal_the_tensor_form
 def test_draws_from_every_form_follow_q():
     rng = np.random.default_rng(3)
     V, n = 8, 6000
-    for q in (random_sparse(rng, 1, V, 3), Dense(torch.tensor(rng.dirichlet(np.ones(V)))[None])):
+    for q in (random_sparse(rng, 1, V, 3), random_reduced(rng, 1, V),
+              Dense(torch.tensor(rng.dirichlet(np.ones(V)))[None])):
         gen = torch.Generator().manual_seed(0)
         counts = np.bincount([draw(q, gen) for _ in range(n)], minlength=V)
         expected = q.dense()[0].double().numpy() * n
-        assert stats.chisquare(counts, expected * counts.sum() / expected.sum()).pvalue > 1e-3
+        on = expected > 0  # a reduced row never draws off its subset
+        assert counts[~on].sum() == 0
+        assert stats.chisquare(counts[on], expected[on] * n / expected[on].sum()).pvalue > 1e-3
     assert draw(PointMass(torch.tensor([5]), V), None) == 5
 
 
@@ -307,6 +347,15 @@ def test_validation_names_bad_rows():
         cat_rows([Sparse.nothing(base), Sparse.nothing(Base(torch.full((4,), 0.25)))])
     with pytest.raises(ValueError, match="one form"):
         cat_rows([Sparse.nothing(base), PointMass(torch.tensor([1]), 4)])
+    one = torch.tensor([[0.5, 0.5]])
+    with pytest.raises(ValueError, match="outside"):
+        Reduced(one, torch.tensor([1, 4]), 4).check("q")
+    with pytest.raises(ValueError, match="repeated"):
+        Reduced(one, torch.tensor([1, 1]), 4).check("q")
+    with pytest.raises(ValueError, match="sum to 1"):
+        Reduced(one * 1.5, torch.tensor([1, 2]), 4).check("q")
+    with pytest.raises(ValueError, match="share one subset"):
+        cat_rows([Reduced(one, torch.tensor([1, 2]), 4), Reduced(one, torch.tensor([1, 3]), 4)])
 
 
 # ------------------------------------------------------------------------------------------
