@@ -2,7 +2,7 @@
 vocabulary, dense.
 
 A drafter's distribution ``q`` at ``m`` positions (and, stacked, for ``N`` drafters) is a
-:class:`Rows` object in one of three forms:
+:class:`Rows` object in one of four forms:
 
 - :class:`PointMass`: ``q_j = delta(d_j)``: greedy drafting (any drafter), or a deterministic
   drafter; ``d_j = -1`` is the zero measure (the drafter abstains at ``j``);
@@ -34,7 +34,8 @@ so greedy decoding turns them into point masses without building a tensor.
 
 One module per form (:mod:`.point`, :mod:`.sparse`, :mod:`.reduced`, :mod:`.dense`), the
 interface they share (:mod:`.rows`) and what the decoders do with any of them
-(:mod:`.operations`); everything is importable from here. """
+(:mod:`.operations`); everything is importable from here.
+"""
 
 from spec_adapters.core.proposal.dense import Dense
 from spec_adapters.core.proposal.operations import (
