@@ -121,7 +121,7 @@ def main(argv=None) -> None:
     pool8_loop.extend(feats, ids[1:])
     t_e8l = median_ms(lambda: eval_pool(pool8_loop), args.repeats, warmup=1)
     print(f"evaluate 1 head (3 positions):   {t_e1:8.2f} ms")
-    print(f"evaluate 8 heads, vmapped:       {t_e8:8.2f} ms   = {t_e8 / t_e1:.2f} x one head "
+    print(f"evaluate 8 heads, stacked:       {t_e8:8.2f} ms   = {t_e8 / t_e1:.2f} x one head "
           "(goal <= 1.5)")
     print(f"evaluate 8 heads, loop:          {t_e8l:8.2f} ms   = {t_e8l / t_e1:.2f} x one head")
 

@@ -19,7 +19,7 @@ before and after each call):
 ``head_step_1_token``        one head on one token over its cache of ``context`` pairs
 ``head_draft_tree``          one head drafting that tree (EAGLE-2: ``depth - 1`` head calls)
 ``eval_1_head``              one head appending a verified chunk of ``chunk`` pairs
-``eval_n_heads_batched``     all ``N`` heads appending that chunk in one stacked (vmap) call
+``eval_n_heads_batched``     all ``N`` heads appending that chunk in one stacked forward
 ``eval_n_heads_loop``        the same, one call per head
 ``learner_update``           NormalHedge: ``feed`` a round's ``N`` losses + ``play`` the next
 

@@ -94,7 +94,7 @@ def _heads(args, model, tok) -> list[EagleHead]:
 
 def _eval_cost(model, heads: list[EagleHead], reps: int = 30) -> dict:
     """Median seconds of one ``HeadPool.extend`` of 3 pairs at 1, 4 and 8 heads (the pool
-    cycling through ``heads``), after 200 pairs of context; stacked (one vmapped call per
+    cycling through ``heads``), after 200 pairs of context; stacked (one forward per
     architecture) and head by head; the heads in float32 and in bfloat16."""
     H = heads[0].config.hidden_size * len(heads[0].config.feature_layers)
     g = torch.Generator().manual_seed(0)

@@ -48,7 +48,7 @@ class HeadDrafters:
         layers.
     target : transformers causal LM
     batched : bool, default True
-        Evaluate same-architecture heads in one vmapped call.
+        Evaluate same-architecture heads in one stacked forward.
     names : list of str, optional
         Default: each head's ``config.extra["name"]``, else ``eagle<i>``.
     """

@@ -176,7 +176,7 @@ def tree_scheme(target, heads, draft_length: int | None = None, tree: TreeConfig
     tree : TreeConfig, optional
         Default ``TreeConfig(depth=draft_length)`` (depth 5, top_k 8, 48 tokens by default).
     batched : bool, default True
-        Evaluate same-architecture heads in one vmapped call.
+        Evaluate same-architecture heads in one stacked forward.
     """
     if tree is None:
         tree = TreeConfig() if draft_length is None else TreeConfig(depth=draft_length)

@@ -306,8 +306,10 @@ class EagleHead(nn.Module):
 
     Notes
     -----
-    :meth:`forward` is a pure function of its inputs (no hidden state in the module), so the
-    pool can evaluate many heads at once with ``torch.func.functional_call`` + ``vmap``.
+    :meth:`forward` is a pure function of its inputs (no hidden state in the module) and treats
+    its batch dimension alike row by row, so the pool evaluates many heads at once by running
+    it on a copy whose layers hold every head's weights, one head per batch row
+    (:mod:`.pool`).
     Every tensor it makes follows the inputs' device and the weights' dtype; the rotary
     frequencies stay float32 whatever ``.to(dtype)`` is applied (see :meth:`_apply`).
     """

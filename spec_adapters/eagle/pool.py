@@ -2,11 +2,13 @@
 
 All heads see the same verified pairs ``(f_t, x_{t+1})`` (target features are computed once by
 the target), so their caches have the same length and the pool keeps them stacked:
-``k, v`` are ``(N, 1, kv, P, d)``. :meth:`HeadPool.extend` runs every head over the newly
-verified pairs in **one** call: the heads' parameters are stacked with
-``torch.func.stack_module_state`` and the pure :meth:`EagleHead.forward` is mapped over them
-with ``torch.func.vmap(functional_call(...))``. Heads whose architectures differ are evaluated
-group by group (each group stacked).
+``k, v`` are ``(N, kv, P, d)``. :meth:`HeadPool.extend` runs every head over the newly
+verified pairs in **one** forward, one op per layer: a *stacked head* is a copy of the first
+head whose linear layers hold all ``N`` heads' weights ``(N, out, in)`` (one batched matmul,
+``x @ W^T`` over ``N``) and whose norms hold ``(N, 1, H)`` weights, and
+:meth:`EagleHead.forward` runs on it unchanged with the batch dimension ``B = N`` (head ``n``
+reads row ``n``). A weight every head holds identically stays one ``(out, in)`` matrix, read
+once for all heads' rows. Heads whose architectures differ are evaluated group by group.
 """
 
 from __future__ import annotations
@@ -14,9 +16,11 @@ from __future__ import annotations
 import copy
 
 import torch
-from torch.func import functional_call, stack_module_state, vmap
+import torch.nn.functional as fn
+from torch import nn
 
-from .head import EagleHead
+from .head import EagleHead, _RMSNorm
+from .lowrank import DeltaLinear
 
 __all__ = ["HeadPool"]
 
@@ -31,35 +35,79 @@ def _signature(head: EagleHead) -> tuple:
             tuple((k, tuple(v.shape)) for k, v in head.named_parameters()))
 
 
+def _stack(tensors: list[torch.Tensor]) -> torch.Tensor:
+    """One tensor if every head holds the same, else the ``(N, ...)`` stack."""
+    first = tensors[0].detach()
+    if all(torch.equal(first, t) for t in tensors[1:]):
+        return first
+    return torch.stack([t.detach() for t in tensors])
+
+
+class _StackedLinear(nn.Module):
+    """``N`` heads' linear layer (``nn.Linear`` or :class:`~.lowrank.DeltaLinear`) applied to
+    ``x (N, T, in)``, head ``n`` to row ``n``: ``x W^T`` in one matmul, ``W`` shared
+    ``(out, in)`` or stacked ``(N, out, in)``, plus ``(x A^T) B^T`` with stacked delta factors
+    for low-rank specialists."""
+
+    def __init__(self, layers: list[nn.Module]) -> None:
+        super().__init__()
+        self.weight = _stack([m.weight for m in layers])
+        self.delta_a = self.delta_b = None
+        if isinstance(layers[0], DeltaLinear):
+            self.delta_a = _stack([m.delta_a for m in layers])
+            self.delta_b = _stack([m.delta_b for m in layers])
+
+    @staticmethod
+    def _apply_weight(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+        return fn.linear(x, w) if w.dim() == 2 else x @ w.mT
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = self._apply_weight(x, self.weight)
+        if self.delta_a is not None:
+            y = y + self._apply_weight(self._apply_weight(x, self.delta_a), self.delta_b)
+        return y
+
+
+def _stacked_head(heads: list[EagleHead]) -> tuple[EagleHead, set[str]]:
+    """A copy of ``heads[0]`` whose layers hold every head's weights (see the module
+    docstring; its forward takes the heads as the batch dimension), and the names of the
+    weights kept once (every head holds them identically)."""
+    modules = [dict(h.named_modules()) for h in heads]
+    embed = heads[0].embed_weight
+    stacked = copy.deepcopy(heads[0], memo={} if embed is None else {id(embed): embed})
+    shared = set()
+    for name, module in list(stacked.named_modules()):
+        layers = [m[name] for m in modules]
+        if isinstance(module, nn.Linear | DeltaLinear):
+            parent, _, leaf = name.rpartition(".")
+            linear = _StackedLinear(layers)
+            setattr(stacked.get_submodule(parent), leaf, linear)
+            shared |= {f"{name}.{k}" for k in ("weight", "delta_a", "delta_b")
+                       if getattr(linear, k) is not None and getattr(linear, k).dim() == 2}
+        elif isinstance(module, _RMSNorm):
+            w = _stack([m.weight for m in layers])
+            module.weight = nn.Parameter(w if w.dim() == 1 else w.unsqueeze(1),
+                                         requires_grad=False)
+            shared |= {f"{name}.weight"} if w.dim() == 1 else set()
+    return stacked, shared
+
+
 class _Group:
-    """Heads of one architecture, stacked. A weight every head holds identically (the
-    generalist's ``fc`` / ``norm`` / ``lm_head`` in specialists fine-tuned with
-    ``midlayer_only``) is kept once and mapped unbatched, so its matmul runs once over every
-    head's rows (the weight read once: on a CPU the cost is that memory traffic)."""
+    """Heads of one architecture, evaluated as one stacked head (a single head as itself);
+    ``shared``: the names of the weights kept once."""
 
     def __init__(self, heads: list[EagleHead], members: list[int]):
         self.members = members
         self.heads = heads
-        stacked, self.buffers = stack_module_state(heads)
-        self.shared = {k for k, v in stacked.items()
-                       if len(heads) > 1 and all(torch.equal(v[0], x) for x in v[1:])}
-        self.params = {k: (v[0] if k in self.shared else v).detach()
-                       for k, v in stacked.items()}
-        base = copy.deepcopy(heads[0]).to("meta")
-        base.embed_weight = None
-
-        def one(params, buffers, feats, emb, pos, pk, pv):
-            return functional_call(base, (params, buffers), (feats, emb, pos, pk, pv),
-                                   {"fuse": True})
-
-        dims = {k: None if k in self.shared else 0 for k in self.params}
-        self._batched = vmap(one, in_dims=(dims, 0, None, None, None, 0, 0))
+        self.stacked, self.shared = (heads[0], set()) if len(heads) == 1 else \
+            _stacked_head(heads)
 
     def __call__(self, feats, emb, pos, pk, pv):
-        if len(self.heads) == 1:
-            out = self.heads[0](feats, emb, pos, pk[0], pv[0], fuse=True)
-            return tuple(t.unsqueeze(0) for t in out)
-        return self._batched(self.params, self.buffers, feats, emb, pos, pk, pv)
+        """``feats (1, m, F*H)``, ``emb (1, m, H)``, caches ``(N, kv, P, d)`` -> logits
+        ``(N, m, Vd)``, fed hidden ``(N, m, H)``, new keys and values ``(N, kv, m, d)``."""
+        n = len(self.heads)
+        return self.stacked(feats.expand(n, -1, -1), emb.expand(n, -1, -1), pos, pk, pv,
+                            fuse=True)
 
 
 class HeadPool:
@@ -74,7 +122,7 @@ class HeadPool:
         not stack).
     target : transformers causal LM
     batched : bool
-        Evaluate same-architecture heads in one vmapped call (``False``: one call per head,
+        Evaluate same-architecture heads in one stacked forward (``False``: one call per head,
         the reference the tests compare against).
     """
 
@@ -132,15 +180,15 @@ class HeadPool:
             pk, pv = self._gk[g], self._gv[g]
             if pk is None:
                 c = grp.heads[0].config
-                shape = (len(grp.members), 1, c.num_key_value_heads, 0, c.head_dim)
+                shape = (len(grp.members), c.num_key_value_heads, 0, c.head_dim)
                 pk = pv = emb.new_zeros(shape)  # the heads' dtype
             logits, z, nk, nv = grp(feats, emb, pos, pk, pv)
-            self._gk[g] = torch.cat([pk, nk], 3)
-            self._gv[g] = torch.cat([pv, nv], 3)
+            self._gk[g] = torch.cat([pk, nk], 2)
+            self._gv[g] = torch.cat([pv, nv], 2)
             for r, i in enumerate(grp.members):
-                out[i] = logits[r, 0]
-                self.pending_logits[i] = logits[r, 0, -1]
-                self.pending_hidden[i] = z[r, 0, -1]
+                out[i] = logits[r]
+                self.pending_logits[i] = logits[r, -1]
+                self.pending_hidden[i] = z[r, -1]
         self.length += m
         return out
 
@@ -164,7 +212,7 @@ class HeadPool:
                     c = grp.heads[0].config
                     z = grp.heads[0].fc.weight.new_zeros(1, c.num_key_value_heads, 0, c.head_dim)
                     return z, z
-                return self._gk[g][r], self._gv[g][r]
+                return self._gk[g][r:r + 1], self._gv[g][r:r + 1]
         raise IndexError(i)
 
     def children(self, i: int, logits: torch.Tensor, top_k: int) -> torch.LongTensor:
