@@ -21,12 +21,12 @@ adds them to the same folder, so the grid can be assembled over several sessions
 summary covers every complete cell of the folder.
 
 Prints, per cell, MAT and tokens/s per method overall and per domain, each speed-up over the
-model-free pool, per-drafter choice shares of the mixed pool, the heads' share of a round
-(drafting with a head + the batched evaluation, against the verification) and the share of
-generated tokens inside repeats (a 5-gram already in the output); then one line per cell
-against issue 22's targets, and the cost of the heads' batched evaluation (one
-``HeadPool.extend`` of 3 verified pairs) at 1, 4 and 8 heads, stacked and head by head.
-Writes everything to ``<out>/results.json``.
+model-free pool, per-drafter choice shares of the mixed pool, the heads' share of a round (the
+mixed pool's drafting + evaluation per round less the model-free pool's, against the mixed
+pool's verification) and the share of generated tokens inside repeats (a 5-gram already in the
+output); then one line per cell against issue 22's targets, and the cost of the heads' batched
+evaluation (one ``HeadPool.extend`` of 3 verified pairs) at 1, 4 and 8 heads, stacked and head
+by head. Writes everything to ``<out>/results.json``.
 
     .venv/bin/python benchmarks/mixed_pool.py --per-domain 5 --tokens 128,256 \\
         --temperatures 0,0.7 --targets eager,compiled --out results/mixed-pool-grid
@@ -289,18 +289,32 @@ def _summary(records: list[dict], methods: list[str], heads: list[EagleHead], ti
     head_rounds = sum(1 for r in mixed for c in r["chosen"] if c < len(heads))
     timing = {k: sum(r["timing"][k] for r in mixed) for k in mixed[0]["timing"]}
     out["mixed_timing"] = timing
-    out["heads_share_of_verify"] = (timing["draft"] + timing["eval"]) / timing["verify"]
+    per_round = {p: _ms_per_round([r[f"HedgeSpec {p}"] for r in records])
+                 for p in ("mixed", "model-free")}
+    out["ms_per_round"] = per_round
+    mixed_ms, free_ms = per_round["mixed"], per_round["model-free"]
+    out["draft_eval_share_of_verify"] = (mixed_ms["draft"] + mixed_ms["eval"]) / mixed_ms["verify"]
+    out["heads_share_of_verify"] = (mixed_ms["draft"] + mixed_ms["eval"] - free_ms["draft"]
+                                    - free_ms["eval"]) / mixed_ms["verify"]
     out["repeated_share"] = float(np.mean([r["repeated"] for r in records]))
     print(f"\nmixed pool: {head_rounds} of {chosen.sum()} rounds drafted by a head; choice "
           "shares " + ", ".join(f"{n} {s:.0%}" for n, s in out["mixed_choice_share"].items()
                                 if s > 0))
-    print("mixed pool seconds: " + ", ".join(f"{k} {v:.2f}" for k, v in timing.items())
-          + f" (draft + eval = {out['heads_share_of_verify']:.0%} of verify; the heads' "
-            "evaluation runs every round)")
+    print("ms per round, mixed / model-free pool: " + ", ".join(
+        f"{k} {mixed_ms[k]:.2f} / {free_ms[k]:.2f}" for k in mixed_ms)
+          + f"; the mixed pool's draft + eval = {out['draft_eval_share_of_verify']:.0%} of its "
+          f"verification, the heads' part of it (over the model-free pool's) "
+          f"{out['heads_share_of_verify']:.0%} (the heads' evaluation runs every round)")
     print(f"repetition: {out['repeated_share']:.0%} of the target's tokens repeat a 5-gram"
           + (f"; all outputs equal the target's: "
              f"{all(v['lossless'] for v in out['methods'].values())}" if greedy else ""))
     return out
+
+
+def _ms_per_round(runs: list[dict]) -> dict[str, float]:
+    """Milliseconds per round (per target call) of each timed phase over ``runs``."""
+    rounds = max(1, sum(r["target_calls"] for r in runs))
+    return {k: 1000 * sum(r["timing"][k] for r in runs) / rounds for k in runs[0]["timing"]}
 
 
 def _print_targets(summary: dict) -> None:
