@@ -104,10 +104,12 @@ class _Group:
 
     def __call__(self, feats, emb, pos, pk, pv):
         """``feats (1, m, F*H)``, ``emb (1, m, H)``, caches ``(N, kv, P, d)`` -> logits
-        ``(N, m, Vd)``, fed hidden ``(N, m, H)``, new keys and values ``(N, kv, m, d)``."""
+        ``(N, m, Vd)``, fed hidden ``(N, m, H)``, new keys and values ``(N, kv, m, d)``.
+        The features are fused once: a shared ``fc`` gives one ``(1, m, H)`` row set for all
+        heads, a stacked one broadcasts to ``(N, m, H)``."""
         n = len(self.heads)
-        return self.stacked(feats.expand(n, -1, -1), emb.expand(n, -1, -1), pos, pk, pv,
-                            fuse=True)
+        h = self.stacked.fuse(feats).expand(n, -1, -1)
+        return self.stacked(h, emb.expand(n, -1, -1), pos, pk, pv)
 
 
 class HeadPool:
