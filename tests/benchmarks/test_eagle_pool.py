@@ -3,7 +3,6 @@ through ``load_pool`` (entries of exactly those settings, checked), on a tiny ta
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import re
 from pathlib import Path
@@ -13,18 +12,10 @@ import pytest
 from spec_adapters.app.cli import main as hedgespec
 from spec_adapters.eagle.head import CONFIG_NAME
 from spec_adapters.store.integrity import VERIFIED
+from tests.benchmarks.scripts import load_script
 from tests.spec_adapters.bench_fixtures import make_target_folder, write_domains
 
-ROOT = Path(__file__).resolve().parents[2]
-SCRIPT = ROOT / "benchmarks" / "eagle_pool.py"
 DOMS = ("code", "math", "news")
-
-
-def _script():
-    spec = importlib.util.spec_from_file_location("eagle_pool", SCRIPT)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
 
 
 @pytest.fixture(scope="module")
@@ -52,7 +43,7 @@ def _argv(target, cache, out, steps: int) -> list[str]:
 def test_reads_the_built_heads_and_decodes_losslessly(built):
     root, target, cache = built
     out = root / "res.json"
-    _script().main(_argv(target, cache, out, steps=1))
+    load_script("eagle_pool").main(_argv(target, cache, out, steps=1))
     res = json.loads(out.read_text())
     assert res["heads"] == [*(f"eagle-{d}" for d in DOMS), "eagle-general"]
     for name, path in zip(res["heads"], res["paths"], strict=True):
@@ -78,7 +69,7 @@ def test_other_settings_are_not_read_and_nothing_is_built(built, capsys):
 
     before = entries()
     with pytest.raises(SystemExit) as e:
-        _script().main(_argv(target, cache, root / "res2.json", steps=2))
+        load_script("eagle_pool").main(_argv(target, cache, root / "res2.json", steps=2))
     assert e.value.code == 2
     lines = [ln for ln in capsys.readouterr().err.splitlines() if "error" in ln]
     assert len(lines) == 1 and re.search(r"pool entry \S+/eagle-code-[0-9a-f]{10} is unusable "

@@ -3,27 +3,16 @@ top-1 gained per doubling of the documents."""
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
-
 import pytest
 
-SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "eagle_scaling.py"
-
-
-def _script():
-    spec = importlib.util.spec_from_file_location("eagle_scaling", SCRIPT)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
-
+from tests.benchmarks.scripts import load_script
 
 LABELS = ["code"] * 10 + ["news"] * 4 + ["code"] * 2 + ["sql"]
 
 
 @pytest.mark.parametrize("fraction", [0.25, 0.5, 1.0])
 def test_the_split_is_stratified_disjoint_and_seeded(fraction):
-    split = _script().split_documents
+    split = load_script("eagle_scaling").split_documents
     trained, insample, unseen = split(LABELS, fraction, per_domain=2, seed=3)
     assert split(LABELS, fraction, per_domain=2, seed=3) == (trained, insample, unseen)
     for domain, n in (("code", 12), ("news", 4), ("sql", 1)):
@@ -37,7 +26,7 @@ def test_the_split_is_stratified_disjoint_and_seeded(fraction):
 
 
 def test_another_seed_draws_other_documents_and_a_bad_fraction_is_refused():
-    split = _script().split_documents
+    split = load_script("eagle_scaling").split_documents
     assert split(LABELS, 0.5, 2, seed=0)[0] != split(LABELS, 0.5, 2, seed=1)[0]
     for bad in (0.0, 1.5, -0.1):
         with pytest.raises(ValueError, match="fraction must be in"):
@@ -45,7 +34,7 @@ def test_another_seed_draws_other_documents_and_a_bad_fraction_is_refused():
 
 
 def test_the_gain_per_doubling_is_the_slope_on_log2_tokens():
-    gain = _script().doubling_gain
+    gain = load_script("eagle_scaling").doubling_gain
     runs = [{"tokens": t, "heldout": {"top1": y}}
             for t, y in ((1000, 0.40), (2000, 0.42), (4000, 0.44))]
     assert gain(runs) == pytest.approx(0.02)

@@ -5,7 +5,6 @@ its JSON is complete and consistent."""
 from __future__ import annotations
 
 import ast
-import importlib.util
 import json
 import math
 import os
@@ -16,15 +15,10 @@ from pathlib import Path
 
 import pytest
 
+from tests.benchmarks.scripts import load_script
+
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "benchmarks" / "gpu_overheads.py"
-
-
-def _module():
-    spec = importlib.util.spec_from_file_location("gpu_overheads", SCRIPT)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
 
 
 def _imports_tqdm_at_top_level(path: Path) -> bool:
@@ -60,7 +54,7 @@ def test_small_config_json_has_every_row_and_consistent_rows(tmp_path):
     assert loaded and not [f for f in loaded if _imports_tqdm_at_top_level(Path(f))]
     res = json.loads(out.read_text())
     rows = res["rows"]
-    assert list(rows) == list(_module().ROWS)
+    assert list(rows) == list(load_script("gpu_overheads").ROWS)
     for name, row in rows.items():
         times = row["times_ms"]
         assert len(times) == res["repeats"] == 3, name
@@ -84,4 +78,4 @@ def test_small_config_json_has_every_row_and_consistent_rows(tmp_path):
 
 def test_bad_repeats_is_a_usage_error():
     with pytest.raises(SystemExit, match="2"):
-        _module().main(["--repeats", "0"])
+        load_script("gpu_overheads").main(["--repeats", "0"])

@@ -4,22 +4,12 @@ folder that grows cell by cell."""
 
 from __future__ import annotations
 
-import importlib.util
 from argparse import Namespace
-from pathlib import Path
 
 import pytest
 
 from spec_adapters.app.bench.records import Records, SettingsMismatchError, check_settings
-
-SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "mixed_pool.py"
-
-
-def _script():
-    spec = importlib.util.spec_from_file_location("mixed_pool", SCRIPT)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+from tests.benchmarks.scripts import load_script
 
 
 def _run(mode, qid, method, tokens, seconds, calls, chosen=(0,)) -> dict:
@@ -34,7 +24,7 @@ def _run(mode, qid, method, tokens, seconds, calls, chosen=(0,)) -> dict:
 
 
 def test_cells_check_greedy_runs_against_generate_and_print_the_targets(tmp_path, capsys):
-    mp = _script()
+    mp = load_script("mixed_pool")
     methods = ["target", *(f"HedgeSpec {n}" for n in mp.POOLS), *mp.FIXED]
     prompts = [("code-0", "code", "p0"), ("news-0", "news", "p1")]
     records = Records(tmp_path / "records.jsonl")
@@ -73,7 +63,7 @@ def test_cells_check_greedy_runs_against_generate_and_print_the_targets(tmp_path
 
 
 def test_a_results_folder_grows_cell_by_cell_and_summarises_complete_cells(tmp_path):
-    mp = _script()
+    mp = load_script("mixed_pool")
     base = {"per_domain": 5, "k": 4, "head_dtype": "bfloat16", "out": str(tmp_path)}
     (tmp_path / "records.jsonl").write_text("")
     check_settings(tmp_path, mp._settings(Namespace(**base, tokens=(128,), temperatures=(0.0,),
