@@ -45,7 +45,6 @@ from spec_adapters.app.heads import shipped_heads_folder
 from spec_adapters.eagle import EagleHead
 from spec_adapters.eagle.acceptance import chain_mat, pooled_mat
 from spec_adapters.eagle.features import FeatureSet, load_features
-from spec_adapters.eagle.head import EagleHeadConfig, build_draft_vocab
 from spec_adapters.eagle.shipped import load_shipped
 from spec_adapters.eagle.train import evaluate_head, train_head
 from spec_adapters.eagle.train_config import TrainConfig
@@ -97,18 +96,8 @@ def _own(data: FeatureSet, head_name: str) -> FeatureSet:
 def _train(target, data: FeatureSet, steps: int, intermediate: int | None) -> EagleHead:
     cfg = TrainConfig(steps=steps, batch_size=8, seq_len=320, lr=1e-3, feature_weight=0,
                       ce_weight=1, ttt_steps=1, draft_vocab_size=DRAFT_VOCAB,
-                      checkpoint_every=10**9)
-    head = None
-    if intermediate is not None:  # train_head's own new head, with a wider MLP, seeded alike
-        torch.manual_seed(cfg.seed)
-        eos = target.config.eos_token_id
-        d2t = build_draft_vocab(torch.from_numpy(data.trained_ids().astype(np.int64)),
-                                target.get_input_embeddings().weight.shape[0], DRAFT_VOCAB,
-                                always=(eos,) if isinstance(eos, int) else tuple(eos or ()))
-        hcfg = EagleHeadConfig.for_target(target, len(d2t), intermediate_size=intermediate,
-                                          feature_layers=tuple(data.meta["feature_layers"]))
-        head = EagleHead(hcfg, d2t=d2t).init_from_target(target)
-    return train_head(target, data, None, cfg, head=head, progress=True, log=None)[0]
+                      checkpoint_every=10**9, intermediate_size=intermediate)
+    return train_head(target, data, None, cfg, progress=True, log=None)[0]
 
 
 def main(argv=None) -> None:
@@ -153,12 +142,12 @@ def main(argv=None) -> None:
             continue
         trained, insample, unseen = split_documents(train.labels, fraction, args.per_domain,
                                                     args.seed)
-        t = time.perf_counter()
-        head = _train(target, train.subset(trained), args.steps, wide)
+        data, t = train.subset(trained), time.perf_counter()
+        head = _train(target, data, args.steps, wide)
         records.add({"section": "generalist", "qid": name, "temperature": 0.0,
                      "method": "teacher-forced", "fraction": fraction,
                      "intermediate": head.config.intermediate_size,
-                     "tokens": int(train.subset(trained).trained_ids().size),
+                     "tokens": int(data.trained_ids().size),
                      "train_seconds": time.perf_counter() - t,
                      "insample": acceptance(head, target, train.subset(insample)),
                      "unseen": acceptance(head, target, train.subset(unseen)) if unseen else None,

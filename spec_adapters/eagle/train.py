@@ -301,10 +301,14 @@ def train_head(target, data, out_dir=None, config: TrainConfig | None = None, he
         eos = getattr(target.config, "eos_token_id", None)
         always = tuple(e for e in ([eos] if isinstance(eos, int) else (eos or ())) if e < V)
         d2t = build_draft_vocab(corpus, V, min(cfg.draft_vocab_size, V), always=always)
-        hcfg = EagleHeadConfig.for_target(target, len(d2t), feature_layers=feature_layers)
+        hcfg = EagleHeadConfig.for_target(target, len(d2t), feature_layers=feature_layers,
+                                          intermediate_size=cfg.intermediate_size)
         head = EagleHead(hcfg, d2t=d2t).init_from_target(target)
     else:
         head.bind(target)
+    if cfg.intermediate_size not in (None, head.config.intermediate_size):
+        raise ValueError(f"TrainConfig.intermediate_size={cfg.intermediate_size}, but the head "
+                         f"to continue has an MLP of {head.config.intermediate_size}")
     if feature_layers is not None and tuple(feature_layers) != head.config.feature_layers:
         raise ValueError(f"the features are of layers {tuple(feature_layers)}, the head reads "
                          f"{head.config.feature_layers}")

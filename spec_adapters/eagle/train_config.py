@@ -14,6 +14,7 @@ class TrainConfig:
 
     ``ttt_steps``: EAGLE-3's training-time test, the head unrolled on its own outputs this many
     steps (1 = teacher forcing only; :func:`~spec_adapters.eagle.train.unrolled_logits`).
+    ``intermediate_size``: the MLP width of a new head (None: the target's).
     """
 
     steps: int = 400
@@ -34,12 +35,15 @@ class TrainConfig:
     eval_top_k: int = 8
     checkpoint_every: int = 100
     seed: int = 0
+    intermediate_size: int | None = None
 
     def __post_init__(self) -> None:
         for name in ("steps", "batch_size", "seq_len", "draft_vocab_size", "eval_top_k",
                      "ttt_steps"):
             if getattr(self, name) < 1:
                 raise ValueError(f"TrainConfig.{name} must be >= 1")
+        if self.intermediate_size is not None and self.intermediate_size < 1:
+            raise ValueError("TrainConfig.intermediate_size must be >= 1")
         if self.seq_len < 2:
             raise ValueError("TrainConfig.seq_len must be >= 2")
 

@@ -109,7 +109,7 @@ TRAIN_HEAD_BAD = [
     ("--grad-clip", "0", "> 0.0"), ("--draft-vocab-size", "0", ">= 1"),
     ("--eval-every", "0", ">= 1"), ("--eval-tokens", "1", ">= 2"), ("--eval-top-k", "0", ">= 1"),
     ("--checkpoint-every", "0", ">= 1"), ("--seed", "-1", "in [0, "),
-    ("--ttt-steps", "0", ">= 1"),
+    ("--ttt-steps", "0", ">= 1"), ("--intermediate-size", "0", ">= 1"),
 ]
 
 

@@ -34,6 +34,7 @@ TRAIN_HEAD_TYPES = {
     "grad_clip": float_arg(0.0, lo_open=True), "draft_vocab_size": int_arg(1),
     "eval_every": int_arg(1), "eval_tokens": int_arg(2), "eval_top_k": int_arg(1),
     "checkpoint_every": int_arg(1), "seed": int_arg(0, MAX_SEED), "ttt_steps": int_arg(1),
+    "intermediate_size": int_arg(1),
 }
 # what ship-heads records as the command that rebuilds the shipped heads
 SHIP_COMMAND = "make heads  (Makefile: cache-features, train-head x 8, ship-heads)"

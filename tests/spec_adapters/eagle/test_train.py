@@ -82,6 +82,25 @@ def test_bad_training_input_is_a_value_error(data):
         TrainConfig(steps=0)
     with pytest.raises(ValueError, match="fewer than seq_len"):
         train_head(target, corpus[:10], None, TrainConfig(steps=1, **CFG), progress=False)
+    with pytest.raises(ValueError, match="intermediate_size must be >= 1"):
+        TrainConfig(intermediate_size=0)
+
+
+def test_a_new_head_takes_the_configured_mlp_width_and_a_head_of_another_is_refused(data):
+    target, corpus, _ = data
+    own = target.config.intermediate_size
+    wide, _ = train_head(target, corpus, None,
+                         TrainConfig(steps=1, intermediate_size=3 * own, **CFG), progress=False)
+    assert wide.config.intermediate_size == 3 * own
+    assert wide.gate_proj.weight.shape[0] == 3 * own
+    plain, _ = train_head(target, corpus, None, TrainConfig(steps=1, **CFG), progress=False)
+    assert plain.config.intermediate_size == own
+    before = _state(plain)
+    with pytest.raises(ValueError, match=f"intermediate_size={3 * own}, but the head to "
+                                         f"continue has an MLP of {own}"):
+        train_head(target, corpus, None, TrainConfig(steps=1, intermediate_size=3 * own, **CFG),
+                   head=plain, progress=False)
+    assert all(torch.equal(v, before[k]) for k, v in _state(plain).items())  # untouched
 
 
 def test_command_line_trains_and_resumes(data, tmp_path, capsys):
