@@ -4,7 +4,7 @@ the held-out benchmark answers.
 
 A head that accepts little is short of data, of capacity, or trained on text unlike the
 stream it serves. Each run here trains a generalist head from the cached features (teacher
-forced, ``ttt_steps`` 1: a proxy for the shipped recipe, the same held-out top-1 in a quarter
+forced, ``ttt_steps`` 1: a proxy for the shipped recipe, the same held-out top-1 in a fifth
 of the time), on a stratified ``--fractions`` share of each domain's documents, the head's own
 MLP width and, once on all the documents, ``--wide-intermediate``; then measures the top-1
 agreement with the target's argmax (teacher forced) and the greedy chain MAT at K = 4
@@ -21,7 +21,7 @@ each specialist on its own, in-sample against held-out. Resumable run by run
 the documents (a least-squares slope on log2 of the trained tokens).
 
     .venv/bin/python benchmarks/eagle_scaling.py --features results/heads/features-train \
-        --heldout results/heads/features-heldout --shipped --out results/heads/scaling  # ~40 min
+        --heldout results/heads/features-heldout --shipped --out results/heads/scaling  # ~35 min
 """
 
 from __future__ import annotations
