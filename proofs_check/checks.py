@@ -15,6 +15,7 @@ from proofs_check.check_acceptance import check_theorem1, check_theorem2
 from proofs_check.check_estimators import check_pointmass, check_theorem3
 from proofs_check.check_lossless import check_lossless
 from proofs_check.check_regret import check_theorem4
+from proofs_check.check_seeded import check_seeded
 from proofs_check.result import CheckResult, Settings
 
 CHECKS: dict[str, Callable[[Settings], list[CheckResult]]] = {
@@ -24,4 +25,5 @@ CHECKS: dict[str, Callable[[Settings], list[CheckResult]]] = {
     "theorem3": check_theorem3,
     "pointmass": check_pointmass,
     "theorem4": check_theorem4,
+    "seeded": check_seeded,
 }

@@ -53,6 +53,26 @@ def make_tiny_llama(vocab_size: int = 96, seed: int = 0, hidden_size: int = 32,
     return model
 
 
+@pytest.fixture(scope="session")
+def llama_cpp_decodes():
+    """llama.cpp loads this CPU's backend and decodes, checked in a child process first (a
+    crash fails the llama.cpp tests with its signal instead of killing their worker)."""
+    from tests.native import run_child
+
+    run_child(["-m", "spec_adapters.llamacpp.probe"], "llama.cpp decoding")
+
+
+@pytest.fixture(scope="session", autouse=True)
+def numba_kernels_compile():
+    """The drafters' numba kernels compile and run, checked in a child process first (once per
+    worker; ~2 s, numba's cache warm)."""
+    from tests.native import run_child
+
+    run_child(["-c", "from spec_adapters.selection import ngram_kernel, suffix_index; "
+                     "ngram_kernel.warm_up(); suffix_index._warm_up()"],
+              "the numba kernels", env={"OMP_NUM_THREADS": "1"})
+
+
 @pytest.fixture
 def tiny_llama():
     """Factory fixture: ``tiny_llama(vocab_size=96, seed=0, ...)``."""

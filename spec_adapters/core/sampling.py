@@ -11,6 +11,8 @@ Three things live here, all pure torch:
   on the first rejection sample the next token from ``max(0, p_k - q_k)`` normalised; if all ``K``
   drafts are accepted, sample a bonus token from ``p_K``.
 - :func:`tree_accept`: EAGLE's recursive rejection sampling over a draft tree.
+- :func:`coupled_accept`: point-mass drafts verified with the noise plain decoding would use
+  at each position (a seeded request: output identical to plain decoding for its seed).
 
 Each rule is written once, as a function of an abstract source of randomness (``_Chooser``).
 The sampling functions run it with a torch generator; :func:`speculative_accept_distribution`
@@ -26,7 +28,7 @@ the outcome, so the generator's state after a round does not depend on what was 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import torch
 
@@ -36,6 +38,9 @@ from spec_adapters.core.warping import SamplingConfig
 __all__ = [
     "SamplingConfig",
     "check_distribution",
+    "coupled_accept",
+    "coupled_accept_distribution",
+    "sample_token",
     "speculative_accept",
     "speculative_accept_distribution",
     "tree_accept",
@@ -80,17 +85,31 @@ class _UniformChooser(_Chooser):
         return self.u[slot] < prob
 
     def categorical(self, weights: torch.Tensor, slot: int) -> int:
-        w = weights.to(torch.float64)
-        cdf = w.cumsum(-1)
-        target = self.u[slot] * float(cdf[-1])
-        idx = int(
-            torch.searchsorted(
-                cdf, torch.tensor([target], dtype=torch.float64, device=cdf.device), right=True
-            )
+        return _inverse_cdf(weights, self.u[slot])
+
+
+def _inverse_cdf(weights: torch.Tensor, u: float) -> int:
+    """The token whose CDF interval (weights normalised) holds the uniform ``u``."""
+    w = weights.to(torch.float64)
+    cdf = w.cumsum(-1)
+    target = u * float(cdf[-1])
+    idx = int(
+        torch.searchsorted(
+            cdf, torch.tensor([target], dtype=torch.float64, device=cdf.device), right=True
         )
-        if idx >= w.shape[0]:  # u * total rounded up to total: take the last positive weight
-            idx = int(torch.nonzero(w > 0)[-1])
-        return idx
+    )
+    if idx >= w.shape[0]:  # u * total rounded up to total: take the last positive weight
+        idx = int(torch.nonzero(w > 0)[-1])
+    return idx
+
+
+def sample_token(p: torch.Tensor, generator: torch.Generator | None = None) -> int:
+    """One token from the distribution ``p`` (``(V,)``) by the inverse CDF of one float64
+    uniform from ``generator``: the one draw per position that plain decoding makes, and that
+    :func:`coupled_accept` makes at each position for a seeded request."""
+    device = generator.device if generator is not None else torch.device("cpu")
+    u = float(torch.rand((), dtype=torch.float64, generator=generator, device=device))
+    return _inverse_cdf(p, u)
 
 
 class _Fork(Exception):  # noqa: N818 - control flow, not an error
@@ -267,6 +286,76 @@ def speculative_accept_distribution(
     """
     _, q = _check_speculative(p, q, draft)
     return _enumerate(_speculative_rule, p, q, draft.tolist())
+
+
+# --------------------------------------------------------------------------------------------
+# point-mass drafts verified with the request's own noise (seeded requests)
+# --------------------------------------------------------------------------------------------
+class _DrawChooser(_Chooser):
+    """Categorical decisions by the request's own sampler: ``draw(slot, weights)``."""
+
+    def __init__(self, draw: Callable[[int, torch.Tensor], int]):
+        self.draw = draw
+
+    def categorical(self, weights: torch.Tensor, slot: int) -> int:
+        return int(self.draw(slot, weights))
+
+
+def _coupled_rule(p: torch.Tensor, draft: list[int], rand: _Chooser):
+    """The coupled rule, written once (see :func:`coupled_accept`)."""
+    for k, x in enumerate(draft):
+        token = rand.categorical(p[k], slot=k)  # what plain decoding draws at position k
+        if token != x:
+            return k, token
+    return len(draft), rand.categorical(p[len(draft)], slot=len(draft))
+
+
+def coupled_accept(p: torch.Tensor, draft: Sequence[int],
+                   draw: Callable[[int, torch.Tensor], int]) -> tuple[int, int]:
+    """Verify point-mass drafts with the noise plain decoding would use (a seeded request).
+
+    At position ``k = 0, 1, ...`` the token plain decoding draws there, ``t_k = draw(k,
+    p[k])``, is drawn; draft ``d_k`` is accepted iff ``t_k = d_k``. The first ``t_k != d_k`` is
+    the next token; with every draft accepted, ``t_K`` is the bonus token. So:
+
+    - the emitted tokens are ``t_0, t_1, ...``, the tokens plain decoding emits with the same
+      noise, *whatever was drafted*: a seeded request's output equals plain decoding's for its
+      seed, given one draw per position in position order (``draw`` is the engine's own
+      sampler on the request's generator; it is called once for each position emitted, so the
+      generator ends where plain decoding's would);
+    - ``P(accept d_k) = p_k(d_k)``, and on rejection ``t_k ~ p_k`` restricted to ``t != d_k``:
+      the same law as speculative sampling with a point-mass ``q`` (``min(1, p / 1)``, the
+      residual ``p`` without ``d_k``), so a seeded request accepts as much as an unseeded one.
+
+    ``proofs_check`` (check ``6 seeded``) verifies both by enumeration.
+
+    Parameters
+    ----------
+    p : torch.Tensor
+        ``(K+1, V)`` warped target probabilities along the draft (as
+        :func:`speculative_accept`).
+    draft : sequence of int
+        ``K`` drafted token ids (point masses: a chain of one token per position).
+    draw : callable
+        ``draw(k, p_k) -> token``: the request's own sampler for its ``k``-th position of the
+        round, on the row ``p_k`` (an engine may draw from its logits instead, as long as the
+        law is ``p_k``).
+
+    Returns
+    -------
+    (n_accepted, next_token)
+    """
+    if p.dim() != 2 or p.shape[0] != len(draft) + 1:
+        raise ValueError(f"p must be (K+1, V) = ({len(draft) + 1}, V) for {len(draft)} drafts, "
+                         f"got {tuple(p.shape)}")
+    return _coupled_rule(p, [int(x) for x in draft], _DrawChooser(draw))
+
+
+def coupled_accept_distribution(p: torch.Tensor, draft: Sequence[int]
+                                ) -> dict[tuple[int, int], float]:
+    """Exact distribution of :func:`coupled_accept`'s output for a fixed draft, ``draw``
+    being any exact sampler of its row (every decision enumerated)."""
+    return _enumerate(_coupled_rule, p, [int(x) for x in draft])
 
 
 # --------------------------------------------------------------------------------------------

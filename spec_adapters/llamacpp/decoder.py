@@ -7,10 +7,13 @@ One round (the transformers loop's, with point-mass drafters; every decision is
     every drafter drafts K tokens from the verified sequence      (the round's counterfactuals)
     one llama_decode over [last] + draft_i[:k], logits for those rows (after the prompt, which
     is prefilled as llama.cpp prefills it: the draft alone, the prompt's logits known)
-    accept: greedy = the draft's prefix that matches the argmax; sampled = the point-mass rule
-            (accept d with probability p(d), else draw from p without d; vLLM's), on rows warped
-            with llama.cpp's sampling chain: top-k, top-p on the softmax of the raw logits, then
-            the temperature over what is kept (common/sampling.cpp's order; typical and min-p off)
+    accept: greedy = the draft's prefix that matches the argmax; sampled = the coupled rule
+            (each position's token drawn as plain_generate draws it, one uniform from the
+            request's seeded generator; a draft kept while it equals that token: accepted
+            with probability p(d), as by the point-mass rule, and the output is plain
+            decoding's for the same seed), on rows warped with llama.cpp's sampling chain:
+            top-k, top-p on the softmax of the raw logits, then the temperature over what is
+            kept (common/sampling.cpp's order; typical and min-p off)
     the cache keeps [last] + the accepted drafts; the next token is the round's last
     the RoundBook scores every drafter's draft against the verified tokens -> window losses
     (the time loss of each (drafter, k), step costs measured online) -> the learner
@@ -18,15 +21,15 @@ One round (the transformers loop's, with point-mass drafters; every decision is
 A finished request is committed to the drafters that keep a memory of earlier requests (the
 suffix drafter), as the vLLM proposer does.
 
-Lossless: greedy output is the argmax of the target's logits row by row, sampled output
-follows the warped target law whatever the draft (``python -m proofs_check --only
-pointmass``). Against llama.cpp decoding one token per ``llama_decode``: with a quantized
-model (Q4_1, the default target's) a row's logits are the same bits alone or in a round's
-batch (tested) while the cache spans fewer than 512 cells; llama.cpp pads the cache it
-attends over to multiples of 256 and, from 512 on, splits a lone row's attention over the
-cache across threads (ggml-cpu ``use_split_kv_path``), so past 256 cached tokens a one-token
-loop and any batched verifier, llama.cpp's own speculation included, differ in the last bits
-and a near-tie may flip.
+Lossless: greedy output is the argmax of the target's logits row by row, sampled output follows
+the warped target law whatever the draft and equals :func:`plain_generate`'s for the same seed
+(``python -m proofs_check --only seeded``). Against llama.cpp decoding one token per
+``llama_decode``: with a quantized model (Q4_1, the default target's) a row's logits are the
+same bits alone or in a round's batch (tested) while the cache spans fewer than 512 cells;
+llama.cpp pads the cache it attends over to multiples of 256 and, from 512 on, splits a lone
+row's attention over the cache across threads (ggml-cpu ``use_split_kv_path``), so past 256
+cached tokens a one-token loop and any batched verifier, llama.cpp's own speculation included,
+differ in the last bits and a near-tie may flip.
 """
 
 from __future__ import annotations
@@ -171,8 +174,7 @@ class LlamaCppDecoder:
         Stops after an end-of-generation token (``stop_at_eog``) or at the context's end."""
         import torch
 
-        from spec_adapters.core.proposal import PointMass
-        from spec_adapters.core.sampling import speculative_accept
+        from spec_adapters.core.sampling import coupled_accept, sample_token
         from spec_adapters.decoding.loop import RoundInfo
 
         seq = self._check_prompt(prompt)
@@ -213,11 +215,10 @@ class LlamaCppDecoder:
                 top = logits.argmax(1)
                 n = next((j for j, t in enumerate(draft) if t != top[j]), len(draft))
                 nxt = int(top[n])
-            else:
+            else:  # each position's token drawn as plain_generate draws it (same seed: same
+                # tokens); a draft is kept while it equals that token
                 p = torch.from_numpy(warp_llama(logits, temperature, top_k, top_p))
-                n, nxt = speculative_accept(p, PointMass(torch.tensor(draft), p.shape[1]),
-                                            torch.tensor(draft, dtype=torch.long), gen,
-                                            validate=False)
+                n, nxt = coupled_accept(p, draft, lambda _k, row: sample_token(row, gen))
             self.target.keep(len(seq) + n)            # [last] + the accepted drafts
             pending = None  # the next token (nxt) is not cached yet
             new = [*draft[:n], nxt]
@@ -280,15 +281,27 @@ class LlamaCppDecoder:
 
 def plain_generate(target: GGUFTarget, prompt: Sequence[int], max_new_tokens: int = 128,
                    stop_at_eog: bool = True,
-                   on_token: Callable[[int], None] | None = None) -> list[int]:
-    """llama.cpp greedy decoding, one token per ``llama_decode`` with the last row's logits
-    only: the baseline, and the output HedgeSpec's greedy output must equal. ``on_token`` is
+                   on_token: Callable[[int], None] | None = None, temperature: float = 0.0,
+                   top_k: int | None = None, top_p: float = 1.0, seed: int = 0) -> list[int]:
+    """llama.cpp decoding, one token per ``llama_decode`` with the last row's logits only:
+    the baseline, and the output HedgeSpec's must equal (greedy: the argmax; sampled: one draw
+    per token from the :func:`warp_llama` row, by the inverse CDF of one uniform from a torch
+    generator seeded with ``seed``, as :meth:`LlamaCppDecoder.generate` draws). ``on_token`` is
     called with each new token as soon as it is known."""
+    import torch
+
+    from spec_adapters.core.sampling import sample_token
+
+    gen = torch.Generator().manual_seed(seed)
     seq = [int(t) for t in prompt]
     limit = min(len(seq) + max_new_tokens, target.n_ctx)
     logits = target.prefill(seq)
     while len(seq) < limit:
-        nxt = int(logits.argmax())
+        if temperature <= 0:
+            nxt = int(logits.argmax())
+        else:
+            row = warp_llama(logits[None], temperature, top_k, top_p)[0]
+            nxt = sample_token(torch.from_numpy(row), gen)
         seq.append(nxt)
         if on_token is not None:
             on_token(nxt)

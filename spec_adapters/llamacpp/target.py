@@ -17,21 +17,11 @@ from pathlib import Path
 
 import numpy as np
 
+from spec_adapters.llamacpp.cpu_backend import llama_cpp_module
+
 __all__ = ["GGUF_MAGIC", "GGUFTarget"]
 
 GGUF_MAGIC = b"GGUF"
-
-
-def _llama_cpp():
-    """llama_cpp, its C library's log quieted to errors (it prints every load otherwise)."""
-    try:
-        import llama_cpp
-        from llama_cpp._logger import set_verbose
-    except ImportError as err:  # built from its sdist by the Makefile
-        raise ImportError("the llama.cpp engine needs llama-cpp-python: pip install "
-                          "llama-cpp-python==0.3.36 (the Makefile installs it)") from err
-    set_verbose(False)
-    return llama_cpp
 
 
 class GGUFTarget:
@@ -59,7 +49,7 @@ class GGUFTarget:
         with path.open("rb") as f:
             if f.read(4) != GGUF_MAGIC:
                 raise ValueError(f"{path} is not a GGUF file (no GGUF magic at its start)")
-        lc = self._lc = _llama_cpp()
+        lc = self._lc = llama_cpp_module()
         lc.llama_backend_init()
         mparams = lc.llama_model_default_params()
         mparams.n_gpu_layers = 0  # the CPU, as llama-cpp-python's Llama loads it by default

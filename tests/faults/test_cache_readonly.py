@@ -17,8 +17,8 @@ import pytest
 from spec_adapters.app import domains as dm
 from spec_adapters.app.pool.cache import PoolCorruptError, load_pool
 from spec_adapters.hf.models import load_target
+from spec_adapters.llamacpp.tiny_gguf import write_tiny_gguf
 from spec_adapters.store import CacheError
-from tests.spec_adapters.hf.test_models import write_tiny_gguf
 
 from .cache_world import world_fixture
 from .damage import FILE_FAULTS

@@ -21,7 +21,7 @@ def test_quick_run_passes_every_check(capsys):
     rows = cli.run(None, Settings(quick=True, draws_scale=0.2))
     failed = [r.check + ": " + r.measured for r in rows if not r.passed]
     assert not failed, failed
-    assert {r.check.split()[0] for r in rows} == {"1", "2", "3", "4", "5"}
+    assert {r.check.split()[0] for r in rows} == {"1", "2", "3", "4", "5", "6"}
     assert any(r.check == "3 sampler MC" for r in rows)
     code = cli.main(["--quick", "--json", "--only", "theorem2"])
     report = json.loads(capsys.readouterr().out)
@@ -57,3 +57,22 @@ def test_text_output_has_one_row_per_check_and_exit_code(capsys, monkeypatch):
     monkeypatch.setitem(cli.CHECKS, "theorem3", boom)
     assert cli.main(["--quick", "--only", "theorem3"]) == 1
     assert "[FAIL]" in capsys.readouterr().out
+
+
+def test_a_coupled_rule_that_draws_its_rejection_from_other_noise_fails_check_6(monkeypatch):
+    """Resampling a rejected position from the residual with the round's last noise slot
+    (speculative sampling's habit) keeps the law but not plain decoding's tokens."""
+    from proofs_check.check_seeded import check_seeded
+
+    def other_noise(p, draft, rand):
+        for k, x in enumerate(draft):
+            token = rand.categorical(p[k], slot=k)
+            if token != x:
+                residual = p[k].clone()
+                residual[x] = 0
+                return k, rand.categorical(residual, slot=k + 1)
+        return len(draft), rand.categorical(p[len(draft)], slot=len(draft))
+
+    monkeypatch.setattr(sampling, "_coupled_rule", other_noise)
+    rows = {r.check: r for r in check_seeded(Settings(quick=True))}
+    assert not rows["6 seeded identical"].passed

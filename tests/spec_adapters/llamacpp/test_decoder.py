@@ -14,8 +14,11 @@ from scipy import stats
 
 from spec_adapters.llamacpp.decoder import LlamaCppDecoder, plain_generate, warp_llama
 from spec_adapters.llamacpp.target import GGUFTarget
+from spec_adapters.llamacpp.tiny_gguf import write_tiny_gguf
 from spec_adapters.selection import PromptLookup, SuffixDraft
-from tests.spec_adapters.hf.test_models import write_tiny_gguf
+
+# llama.cpp decodes in a child first: a crash fails these tests, not their worker
+pytestmark = pytest.mark.usefixtures("llama_cpp_decodes")
 
 PROMPTS = [[5, 70, 71, 72, 5, 70, 71], [100, 101, 102, 103], list(range(40, 60)), [3]]
 
@@ -167,6 +170,29 @@ def test_sampled_output_follows_llama_cpps_sampling_law(target):
     assert _chi2_pvalue(samples, law) > 1e-3
     other = _exact_law(target, prompt, 0.5, 4, 0.9)
     assert set(samples) <= set(other) and _chi2_pvalue(samples, other) < 1e-6
+
+
+def test_a_seed_gives_plain_decodings_tokens_whatever_was_drafted(target):
+    """Sampled (T = 0.8, top-p 0.95): for each seed, HedgeSpec's output equals plain_generate's
+    with that seed token for token, through a drafter that knows that output for two tokens
+    and then drafts wrong ones, beside prompt lookup: drafts are accepted and rejected on the
+    way (the coupled rule draws each position's token as plain decoding does)."""
+    accepted = rejected = 0
+    for seed in range(8):
+        plain = {tuple(p): plain_generate(target, p, 24, stop_at_eog=False, temperature=0.8,
+                                          top_p=0.95, seed=seed) for p in PROMPTS[:2]}
+        dec = LlamaCppDecoder(target, [Known(plain, 2, "right-then-wrong"), PromptLookup(1)],
+                              draft_length=3)
+        for p in PROMPTS[:2]:
+            out = dec.generate(p, 24, temperature=0.8, top_p=0.95, seed=seed, stop_at_eog=False)
+            assert out.tokens == plain[tuple(p)], (seed, p)
+            accepted += sum(out.stats["accepted"])
+            rejected += sum(k > n for k, n in zip(out.stats["lengths"], out.stats["accepted"],
+                                                  strict=True))
+    assert accepted > 0 and rejected > 0
+    # different seeds, different outputs: the seed is used
+    assert len({tuple(plain_generate(target, PROMPTS[0], 24, stop_at_eog=False,
+                                     temperature=0.8, seed=s)) for s in range(5)}) > 1
 
 
 def test_warp_keeps_top_k_then_top_p_of_the_raw_softmax_then_tempers():
