@@ -115,6 +115,9 @@ class VllmBenchConfig:
         ``False``: EOS ignored, every request runs to ``max_new_tokens`` (a stress setting).
     temperature : float
         0: greedy; above, sampled with top-p :data:`TOP_P`.
+    seeded : bool
+        Sampled requests carry a seed each (``seed + prompt index``, the OpenAI API's
+        ``seed``): every method's outputs must then equal ``plain``'s, as greedy ones do.
     arrival_rates : tuple of float
         Requests per second of the arriving-over-time phases.
     proposer : tuple of (key, value)
@@ -130,6 +133,7 @@ class VllmBenchConfig:
     seed: int = 0
     stop_at_eos: bool = True
     temperature: float = 0.0
+    seeded: bool = False
     arrival_rates: tuple[float, ...] = ()
     proposer: tuple[tuple[str, object], ...] = ()
 
@@ -296,7 +300,7 @@ def run_bench_vllm(target: Path, tokenizer, domains: dict, pool: Path, cfg: Vllm
     job = {"model": str(Path(target).resolve()), "prompts": prompts,
            "max_tokens": cfg.max_new_tokens, "warmup_tokens": WARMUP_TOKENS,
            "stop_at_eos": cfg.stop_at_eos, "temperature": cfg.temperature, "top_p": TOP_P,
-           "seed": cfg.seed,
+           "seed": cfg.seed, "seeded": cfg.seeded,
            "max_model_len": max(len(p["ids"]) for p in prompts) + cfg.max_new_tokens + cfg.k + 8,
            "max_num_seqs": max(cfg.concurrencies)}
     phases = [(c, None) for c in cfg.concurrencies] + \
@@ -316,7 +320,8 @@ def run_bench_vllm(target: Path, tokenizer, domains: dict, pool: Path, cfg: Vllm
                                    settings_m, out, threads):
                 records.add(rec)
     records_list = list(records.rows.values())
-    summary = summarize_vllm(records_list, greedy=cfg.temperature == 0, cap=cfg.max_new_tokens)
+    summary = summarize_vllm(records_list, exact=cfg.temperature == 0 or cfg.seeded,
+                             cap=cfg.max_new_tokens)
     summary["settings"] = settings
     (out / "results.json").write_text(json.dumps(
         {**summary, "records": [{**r, "requests": [{k: v for k, v in q.items() if k != "tokens"}
@@ -332,8 +337,10 @@ def run_bench_vllm(target: Path, tokenizer, domains: dict, pool: Path, cfg: Vllm
 
 def shared_settings(cfg: VllmBenchConfig) -> dict:
     """What every phase of one results folder shares: the prompts, sizes, K and seed (its
-    methods and concurrencies may be added to by later runs)."""
-    return {k: v for k, v in asdict(cfg).items() if k not in ("methods", "concurrencies")}
+    methods and concurrencies may be added to by later runs; ``seeded`` only when set, so
+    folders written before it existed still resume)."""
+    return {k: v for k, v in asdict(cfg).items()
+            if k not in ("methods", "concurrencies") and (k != "seeded" or v)}
 
 
 def _check_suffix(python: Path) -> None:

@@ -88,14 +88,15 @@ def _ratio(a, b):
     return a / b if a is not None and b else None
 
 
-def summarize_vllm(records: list[dict], greedy: bool = True, cap: int | None = None) -> dict:
+def summarize_vllm(records: list[dict], exact: bool = True, cap: int | None = None) -> dict:
     """The benchmark's tables from its records (see the module docstring).
 
     Parameters
     ----------
     records : list of dict
-    greedy : bool
-        Whether outputs are compared with ``plain``'s (sampled outputs differ by chance).
+    exact : bool
+        Whether outputs are compared with ``plain``'s: greedy, or sampled with a seed per
+        request (unseeded sampled outputs differ by chance).
     cap : int, optional
         ``max_new_tokens``: the share of requests that reached it rather than EOS is reported.
 
@@ -115,8 +116,9 @@ def summarize_vllm(records: list[dict], greedy: bool = True, cap: int | None = N
         ``None`` without ``cap``), ``repeated_share`` (the mean share of an output inside
         repeated 5-grams), ``loops`` (with a ``plain`` record: :data:`LOOP_SCOPES` -> the
         stats and ``x_plain`` of the requests whose plain output does not loop / loops),
-        ``identical`` (greedy: every output
-        equals ``plain``'s in that phase; ``None`` without a ``plain`` record or sampled),
+        ``identical`` (``exact``: every output
+        equals ``plain``'s in that phase; ``None`` without a ``plain`` record or unseeded
+        sampled),
         ``mismatched`` (those qids) and ``domains``: domain -> ``tok_s`` (over the time in
         flight of its requests), ``mat``, ``x_plain``; ``domains``; ``targets``: issue 12's
         goals (:data:`TARGETS`) that the records can answer, each ``name``, ``value``,
@@ -147,7 +149,7 @@ def summarize_vllm(records: list[dict], greedy: bool = True, cap: int | None = N
                     split[LOOP_SCOPES[loops[q["qid"]]]].append(q)
             row["loops"] = {s: _stats(qs, sum(q["seconds"] for q in qs))
                             for s, qs in split.items()}
-        if plain is not None and greedy:
+        if plain is not None and exact:
             ref = {q["qid"]: q["tokens"] for q in plain["requests"]}
             row["mismatched"] = [q["qid"] for q in r["requests"]
                                  if ref.get(q["qid"]) != q["tokens"]]
@@ -232,7 +234,8 @@ def markdown(summary: dict) -> str:
     then the targets."""
     st = summary.get("settings", {}).get("bench_vllm", {})
     k, temp = st.get("k"), st.get("temperature", 0.0)
-    how = ("greedy" if not temp else f"T = {temp:g}, top-p {TOP_P}") + (
+    how = ("greedy" if not temp else f"T = {temp:g}, top-p {TOP_P}"
+           + (", a seed per request" if st.get("seeded") else "")) + (
         ", EOS ignored (stress setting)" if st.get("stop_at_eos") is False else
         ", requests stop at EOS")
     lines = []

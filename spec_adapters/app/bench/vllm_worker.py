@@ -57,7 +57,7 @@ def arrival_times(n: int, rate: float | None, seed: int) -> list[float] | None:
     return np.concatenate([[0.0], np.cumsum(gaps[:-1])]).tolist()
 
 
-def run_requests(engine, prompts: list[dict], make_params: Callable[[], object],
+def run_requests(engine, prompts: list[dict], make_params: Callable[[int], object],
                  concurrency: int, tag: str, arrivals: list[float] | None = None,
                  clock: Callable[[], float] = time.perf_counter,
                  sleep: Callable[[float], None] = time.sleep) -> tuple[list[dict], float]:
@@ -73,7 +73,7 @@ def run_requests(engine, prompts: list[dict], make_params: Callable[[], object],
     prompts : list of dict
         ``{"qid", "domain", "ids"}``.
     make_params : callable
-        A fresh ``SamplingParams`` per request.
+        A fresh ``SamplingParams`` per request, from its index in ``prompts``.
     concurrency : int
         Requests in flight (>= 1).
     tag : str
@@ -103,7 +103,7 @@ def run_requests(engine, prompts: list[dict], make_params: Callable[[], object],
                 arrivals is None or arrivals[waiting[0][0]] <= clock() - start):
             i, p = waiting.popleft()
             rid = f"{tag}-{i}"
-            engine.add_request(rid, {"prompt_token_ids": list(p["ids"])}, make_params())
+            engine.add_request(rid, {"prompt_token_ids": list(p["ids"])}, make_params(i))
             in_flight[rid] = (i, clock(), [])
         for out in engine.step():
             if out.request_id not in in_flight:
@@ -169,14 +169,15 @@ def _main(job_path: str, out_path: str) -> None:
     sampled = {"temperature": job["temperature"]} | (
         {"top_p": job["top_p"]} if job["temperature"] > 0 else {})
 
-    def params(max_tokens: int = job["max_tokens"]) -> SamplingParams:
-        return SamplingParams(**sampled, max_tokens=max_tokens,
+    def params(i: int, max_tokens: int = job["max_tokens"]) -> SamplingParams:
+        seed = {"seed": job["seed"] + i} if job.get("seeded") and job["temperature"] > 0 else {}
+        return SamplingParams(**sampled, **seed, max_tokens=max_tokens,
                               ignore_eos=not job["stop_at_eos"], detokenize=False,
                               output_kind=RequestOutputKind.CUMULATIVE)
 
     first = job["prompts"][0]  # warm-up on half a prompt: its output is no request's answer
     warm = {**first, "ids": first["ids"][:max(1, len(first["ids"]) // 2)]}
-    run_requests(engine, [warm], lambda: params(job["warmup_tokens"]), 1, "warmup")
+    run_requests(engine, [warm], lambda i: params(i, job["warmup_tokens"]), 1, "warmup")
     for n, phase in enumerate(job["phases"]):
         c, rate = phase["concurrency"], phase["rate"]
         before, stats_before = counter_totals(llm.get_metrics()), _stats(job["stats"])

@@ -90,6 +90,9 @@ def add_bench_vllm(sub) -> None:
                    "arrive over time (Poisson), e.g. 0.5,1 (default: the preset's)")
     s.add_argument("--temperature", type=float_arg(0.0), default=None,
                    help=f"0: greedy (default); above, sampled with top-p {TOP_P}")
+    s.add_argument("--seeded", action="store_true",
+                   help="sampled requests carry a seed each (the OpenAI API's seed): every "
+                        "method's outputs must then equal plain's")
     s.add_argument("--proposer-settings", type=json_object, default=None, metavar="JSON",
                    help="more HedgeSpec proposer settings, e.g. '{\"prior_rounds\": 0}' (keys of "
                         "$HEDGESPEC_VLLM_CONFIG but those each method sets)")
@@ -199,6 +202,7 @@ def cmd_bench_vllm(args: argparse.Namespace) -> int:
               "max_new_tokens": args.max_new_tokens, "concurrencies": args.concurrencies,
               "methods": args.methods, "arrival_rates": args.arrival_rates,
               "temperature": args.temperature, "stop_at_eos": False if args.ignore_eos else None,
+              "seeded": args.seeded or None,
               "proposer": tuple(args.proposer_settings.items())
               if args.proposer_settings is not None else None}
     try:

@@ -19,6 +19,7 @@ from spec_adapters.app.bench.vllm import (
     _check_suffix,
     drafter_names,
     method_specs,
+    shared_settings,
 )
 from spec_adapters.app.bench.vllm_summary import (
     VllmRecords,
@@ -104,6 +105,15 @@ def test_outputs_are_compared_with_plain_at_the_same_concurrency():
     assert no_plain["methods"]["ngram"]["1"]["x_plain"] is None
 
 
+def test_seeded_sampling_is_a_setting_of_its_own_folder_and_compared_with_plain():
+    """--seeded: outputs compared with plain's as greedy ones are; the folder's settings say
+    so, and a folder written without the option keeps its settings (it still resumes)."""
+    assert "seeded" not in shared_settings(VllmBenchConfig(temperature=0.7))
+    assert shared_settings(VllmBenchConfig(temperature=0.7, seeded=True))["seeded"] is True
+    s = summarize_vllm(_records(), exact=True)
+    assert s["methods"]["hedgespec"]["4"]["identical"] is False
+
+
 def test_targets_are_the_issue_goals_that_the_records_answer():
     t = {x["name"]: x for x in summarize_vllm(_records())["targets"]}
     # no 16-concurrent record: that goal is left out, the others computed at c = 1; over the
@@ -157,7 +167,7 @@ def test_drafting_shares_overhead_and_arrival_phases_from_the_records():
     assert summarize_vllm(_records(), cap=9)["methods"]["plain"]["1"]["cap_share"] == 0.0
     md = markdown(s)
     assert "### vLLM, requests arriving at 0.5/s (Poisson)" in md and "| 4.0% |" in md
-    sampled = summarize_vllm(_records(), greedy=False)
+    sampled = summarize_vllm(_records(), exact=False)
     assert sampled["methods"]["hedgespec"]["4"]["identical"] is None  # not compared
 
 
@@ -202,7 +212,7 @@ def test_arrivals_are_poisson_and_requests_wait_for_theirs():
             return super().step()
 
     arrivals = [0.0, 0.5, 10.0, 10.5]
-    reqs, _ = run_requests(Clocked(), prompts, lambda: None, 8, "r", arrivals,
+    reqs, _ = run_requests(Clocked(), prompts, lambda i: None, 8, "r", arrivals,
                            clock=lambda: now[0], sleep=lambda s: now.__setitem__(0, now[0] + s))
     assert len(reqs) == 4
     for (_rid, t), due in zip(added, arrivals, strict=True):
@@ -256,7 +266,7 @@ def test_run_requests_keeps_c_requests_in_flight_and_returns_them_in_prompt_orde
     prompts = [{"qid": f"d/{i}", "domain": "d", "ids": list(range(i + 1))} for i in range(7)]
     engine = FakeEngine()
     ticks = iter(range(1000))
-    reqs, seconds = run_requests(engine, prompts, lambda: None, 3, "c3",
+    reqs, seconds = run_requests(engine, prompts, lambda i: None, 3, "c3",
                                 clock=lambda: float(next(ticks)))
     assert [r["qid"] for r in reqs] == [p["qid"] for p in prompts]
     assert [r["tokens"] for r in reqs] == [p["ids"][::-1] for p in prompts]
@@ -271,7 +281,7 @@ def test_run_requests_keeps_c_requests_in_flight_and_returns_them_in_prompt_orde
     assert not engine.live and len(engine.in_flight) > 7 / 3
     assert seconds > max(r["seconds"] for r in reqs)
     with pytest.raises(ValueError, match="concurrency must be >= 1"):
-        run_requests(engine, prompts, lambda: None, 0, "c0")
+        run_requests(engine, prompts, lambda i: None, 0, "c0")
 
 
 def test_counter_totals_sum_labels_and_ignore_other_metrics():
