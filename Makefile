@@ -87,9 +87,10 @@ lint: $(STAMP)
 
 # llama.cpp's own programs, plain (llama-completion) and its C++ n-gram speculation
 # (llama-lookup): peers of `hedgespec bench --engine llamacpp`, built from the llama.cpp sources
-# vendored in the llama-cpp-python sdist the project pins (~6 min on 2 cores; cmake, a C++
-# compiler)
-LCPP_VERSION := 0.3.36
+# vendored in the llama-cpp-python sdist the project pins, with the same runtime-dispatched CPU
+# backends (~10 min on 2 cores; cmake, a C++ compiler). ggml loads the best variant it finds
+# beside the program, so only the one the engine chose for this CPU (AMX only after its probe)
+# is left there.
 LCPP_DIR     := .cache/llama.cpp
 llama-cpp-tools: $(LCPP_DIR)/llama-lookup
 
@@ -99,10 +100,13 @@ $(LCPP_DIR)/llama-lookup: | $(STAMP)
 		llama-cpp-python==$(LCPP_VERSION) -d $(LCPP_DIR)/src
 	tar xzf $(LCPP_DIR)/src/llama_cpp_python-$(LCPP_VERSION).tar.gz -C $(LCPP_DIR)/src
 	cmake -S $(LCPP_DIR)/src/llama_cpp_python-$(LCPP_VERSION)/vendor/llama.cpp \
-		-B $(LCPP_DIR)/build -DCMAKE_BUILD_TYPE=Release -DBUILD_SHARED_LIBS=OFF \
+		-B $(LCPP_DIR)/build -DCMAKE_BUILD_TYPE=Release -DBUILD_SHARED_LIBS=ON $(LCPP_CMAKE) \
 		-DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_SERVER=OFF
 	cmake --build $(LCPP_DIR)/build -j $$(nproc) --target llama-completion llama-lookup
-	cp $(LCPP_DIR)/build/bin/llama-completion $(LCPP_DIR)/build/bin/llama-lookup $(LCPP_DIR)/
+	variant=$$($(BIN)/python -m spec_adapters.llamacpp.cpu_backend) && \
+		find $(LCPP_DIR)/build/bin -name 'libggml-cpu-*.so' ! -name "libggml-cpu-$$variant.so" -delete
+	ln -sf build/bin/llama-completion $(LCPP_DIR)/llama-completion
+	ln -sf build/bin/llama-lookup $(LCPP_DIR)/llama-lookup
 
 # vLLM's `suffix` method, a benchmark peer (hedgespec bench-vllm --methods ...,suffix): Arctic
 # Inference's suffix tree, built from its sdist against the pinned CPU torch (its build

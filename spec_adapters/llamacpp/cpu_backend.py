@@ -273,3 +273,7 @@ def system_info() -> str:
     llama_cpp = llama_cpp_module()
     llama_cpp.llama_backend_init()
     return llama_cpp.llama_print_system_info().decode(errors="replace").strip()
+
+
+if __name__ == "__main__":  # the variant for this machine, for the Makefile's llama.cpp tools
+    print(ensure_loaded().variant)
