@@ -61,8 +61,8 @@ class _SeededStep:
     """The verification step in progress, for its seeded sampled rows: each row's generator
     state before the step and its drafts' span ``(first position, count)``; the engine's top-k
     / top-p sampler (the one plain decoding draws with); once captured, the seeded rows' draft
-    positions' temperature-scaled target logits (row after row) and every row's bonus logits
-    as that sampler received them."""
+    positions' temperature-scaled target logits with top-k / top-p applied (row after row)
+    and every row's bonus logits as that sampler received them."""
 
     states: dict
     spans: dict
@@ -166,15 +166,18 @@ def _saving_seeded_states(forward):
 
 def _capturing_draft_positions(apply_top_k_top_p):
     """``apply_top_k_top_p`` as the rejection sampler calls it (on the temperature-scaled
-    target logits of every draft position) that keeps the seeded rows' draft positions."""
+    target logits of every draft position) that keeps the seeded rows' draft positions once
+    masked: the engine's sampler applies the same row-wise mask before its draw, so a draw
+    from the kept rows needs no second sort of the vocabulary."""
 
     @functools.wraps(apply_top_k_top_p)
     def wrapper(logits, k, p):
+        masked = apply_top_k_top_p(logits, k, p)
         step = _STEP.get()
-        if step is not None:  # before top-k / top-p mask them in place
+        if step is not None:
             positions = [j for start, n in step.spans.values() for j in range(start, start + n)]
-            step.logits = logits[positions].clone()
-        return apply_top_k_top_p(logits, k, p)
+            step.logits = masked[positions].clone()
+        return masked
 
     return wrapper
 
@@ -207,8 +210,10 @@ def _seeded_rows_coupled(rejection_sample):
             k_i = None if top_k is None else top_k[i:i + 1]
             p_i = None if top_p is None else top_p[i:i + 1]
 
-            def draw(_k, row, gen=gens[i], k_i=k_i, p_i=p_i):
-                token, _ = step.sampler(row[None].clone(), {0: gen}, k_i, p_i)
+            def draw(pos, row, gen=gens[i], k_i=k_i, p_i=p_i, n=n):
+                # draft positions come masked (top-k / top-p applied), the bonus row raw
+                mask = (None, None) if pos < n else (k_i, p_i)
+                token, _ = step.sampler(row[None].clone(), {0: gen}, *mask)
                 return int(token[0])
 
             drafts = draft_token_ids[start:start + n].tolist()

@@ -29,7 +29,8 @@ Per cell and method: tokens/s (all new tokens / all seconds), the speed-up over 
 on the loop-free prefix of each output, for the methods our loops time token by token:
 ``plain`` and ``hedgespec``), MAT where known, the share of generated tokens inside repeats (a
 5-gram seen earlier in the same output) and of outputs that hit the token cap, per domain the
-speed-up; HedgeSpec's share of time outside ``llama_decode``; greedy, per method, the prompts
+speed-up; HedgeSpec's share of time outside ``llama_decode``; per method (greedy; sampled,
+HedgeSpec only: it draws each token as ``plain`` does for the same seed), the prompts
 whose output equals ``plain``'s and, for each that does not, where it diverges and how many
 cache cells were filled there (past 256 cells llama.cpp's one-row attention splits the cache
 across threads, so a row decoded alone and the same row in a batch differ in the last bits:
@@ -351,7 +352,8 @@ def summarize_cell(cell: dict, methods: Sequence[str]) -> dict:
         if all("prompt_tokens" in r for r in rs):  # llama-lookup tokenizes the prompt itself
             v["same_prompt_tokens"] = sum(r[m]["prompt_tokens"] == r["prompt_tokens"]
                                           for r in rows)
-        if greedy and m != "plain":
+        # greedy: every method; sampled: HedgeSpec, which draws each token as plain does
+        if m != "plain" and (greedy or m == "hedgespec"):
             v["equal_to_plain"], v["divergences"] = _equality(rows, m)
         out["methods"][m] = v
     return out
