@@ -30,7 +30,8 @@ def time_rows(gguf: str, context: int, repeats: int, threads: int) -> dict[int, 
     from spec_adapters.llamacpp.target import GGUFTarget
 
     target = GGUFTarget(gguf, n_ctx=context + 32, n_threads=threads)
-    tokens = [int(t) for t in np.random.default_rng(0).integers(100, 1000, context + 16)]
+    high = min(target.vocab_size, 1000)  # ordinary tokens of any vocabulary
+    tokens = [int(t) for t in np.random.default_rng(0).integers(high // 10, high, context + 16)]
     target.prefill(tokens[:context])
     out = {}
     for n in ROWS:
