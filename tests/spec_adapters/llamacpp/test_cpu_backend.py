@@ -115,3 +115,17 @@ def test_this_machine_gets_a_variant_it_runs_and_the_probe_decodes_with_it():
     safe = [s for v, s in chosen.scores.items() if v not in cpu_backend.AMX_VARIANTS]
     assert chosen.scores[chosen.variant] >= max(safe)
     assert cpu_backend.probe_decodes(Path(chosen.path)) == "works"
+
+
+@pytest.mark.usefixtures("llama_cpp_decodes")
+def test_doctor_reports_the_variant_chosen_and_llama_cpps_features(capsys):
+    from spec_adapters.app.cli.main import main
+
+    assert main(["doctor", "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    lc = report["llama_cpp"]
+    assert lc["scores"][lc["variant"]] > 0 and lc["amx"] and lc["reason"]
+    assert "CPU :" in lc["features"] and report["cpu"]
+    assert main(["doctor"]) == 0
+    out = capsys.readouterr().out
+    assert f"llama.cpp CPU      {lc['variant']}" in out and "features in use" in out
