@@ -85,3 +85,27 @@ def test_expert_losses_reject_bad_input(kwargs, match):
     args.update(kwargs)
     with pytest.raises(ValueError, match=match):
         expert_losses(**args)
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_numpy_acceptance_lengths_equal_theorem_3_in_torch_at_every_k(seed):
+    """The selection core's numpy estimator (every (drafter, k)) and core.estimators' torch
+    one (Theorem 3, paper and corrected) are one formula: truncating at k is the estimator of
+    a k-token draft."""
+    import torch
+
+    from spec_adapters.core.estimators import (
+        corrected_acceptance_length,
+        paper_acceptance_length,
+    )
+
+    rng = np.random.default_rng(seed)
+    gamma, rho = rng.random((4, 5)), rng.random((4, 5))
+    gamma[0, 2] = rho[1, 0] = 0.0  # a zero cuts every later term
+    corrected, paper = acceptance_lengths(gamma, rho), acceptance_lengths(gamma)
+    for k in range(1, 6):
+        g, r = torch.from_numpy(gamma[:, :k]), torch.from_numpy(rho[:, :k])
+        np.testing.assert_allclose(corrected[:, k], corrected_acceptance_length(g, r).numpy(),
+                                   rtol=0, atol=1e-12)
+        np.testing.assert_allclose(paper[:, k], paper_acceptance_length(g).numpy(),
+                                   rtol=0, atol=1e-12)
