@@ -7,7 +7,7 @@ from typing import Any, Self
 
 import numpy as np
 
-from .base import Int, Learner, Real, Vector, check_at_most, check_losses, fields
+from .base import Int, Learner, Real, Vector, check_at_most, check_int, check_losses, fields
 
 _MAX_ITER = 100
 # A Halley step this small leaves an error below 1e-17 (see solve_normalhedge_scale), under
@@ -180,6 +180,31 @@ class NormalHedge(Learner):
         R = self.R + (float(self.weights @ arr) - arr)
         self.R, self.v = R, solve_normalhedge_scale(R, self.v)[0]
         self.t += 1
+        return self
+
+    def warm_start(self, source: NormalHedge, rounds: int) -> Self:
+        r"""Start from ``source``'s regrets shrunk to the evidence of ``rounds`` rounds.
+
+        :math:`R_0 = R_{source} \, m / t_{source}`, :math:`t_0 = m` with
+        :math:`m = \min(\text{rounds}, t_{source})`. The weights are ``source``'s (they are
+        invariant to scaling the regrets: the scale :math:`c` scales with :math:`R^2`, so ``v``
+        is unchanged), and this learner's own rounds outweigh the prior after about ``m`` of
+        them; its regret bound gains at most ``m`` (:math:`|R_{0,i}| \le m`). A ``source``
+        with no round (or ``rounds = 0``) leaves this learner as it is. Used by the vLLM
+        proposer to start a new request from the stream's learner.
+
+        Raises
+        ------
+        ValueError
+            ``source`` is not a NormalHedge over as many experts, or ``rounds < 0``.
+        """
+        if not isinstance(source, NormalHedge) or source.n != self.n:
+            raise ValueError(f"warm_start needs a NormalHedge over {self.n} experts, got "
+                             f"{source!r}")
+        m = min(check_int(rounds, "rounds", low=0), source.t)
+        if m == 0:
+            return self
+        self.R, self.v, self.t = source.R * (m / source.t), source.v, m
         return self
 
 

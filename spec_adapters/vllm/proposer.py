@@ -38,7 +38,8 @@ Prior from the stream (``prior_rounds``, NormalHedge). A request's learner start
 over ``N (K + 1)`` experts spends its first rounds exploring, which at high concurrency is
 most of a short request. The proposer also feeds every evaluated round's losses to one
 stream-wide NormalHedge, and a new request starts from its regrets shrunk to the evidence of
-``prior_rounds`` rounds: ``R_0 = R_stream * m / t_stream``, ``t_0 = m``. NormalHedge's weights
+``prior_rounds`` rounds (``NormalHedge.warm_start``): ``R_0 = R_stream * m / t_stream``,
+``t_0 = m``. NormalHedge's weights
 are invariant to scaling the regrets (the scale ``c`` scales with ``R^2``), so the request
 starts with the stream's weights, and its own rounds outweigh the prior after about ``m`` of
 them; the request's regret bound gains at most ``m`` (``|R_0| <= m``). The same ``m`` weighs
@@ -346,10 +347,7 @@ class HedgeSpecProposer:
         holding the stream's regrets shrunk to ``prior_rounds`` rounds (module docstring)."""
         if self.stream is None or self.stream.t == 0:
             return self._policy_spec
-        m = min(self.config.prior_rounds, self.stream.t)
-        state = self.stream.state_dict() | {"t": m, "R": (self.stream.R * (m / self.stream.t))
-                                             .tolist()}  # v: invariant to the scaling
-        return NormalHedge(self.n_experts).load_state_dict(state)
+        return NormalHedge(self.n_experts).warm_start(self.stream, self.config.prior_rounds)
 
     def _forget_idle(self, claimed: set[int]) -> None:
         """Free the states of requests absent for ``idle_steps`` steps (finished ones), their
