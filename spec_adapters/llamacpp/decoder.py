@@ -56,7 +56,7 @@ from spec_adapters.selection import (
 if TYPE_CHECKING:
     from spec_adapters.decoding.loop import RoundInfo
 
-__all__ = ["LlamaCppDecoder", "LlamaOutput", "plain_generate", "warp_llama"]
+__all__ = ["LlamaCppDecoder", "LlamaOutput", "draw_token", "plain_generate", "warp_llama"]
 
 
 def warp_llama(logits: np.ndarray, temperature: float, top_k: int | None, top_p: float
@@ -77,6 +77,20 @@ def warp_llama(logits: np.ndarray, temperature: float, top_k: int | None, top_p:
     z = np.where(keep, x / temperature, -np.inf)
     p = np.exp(z - z.max(1, keepdims=True))
     return p / p.sum(1, keepdims=True)
+
+
+def draw_token(logits: np.ndarray, temperature: float, top_k: int | None, top_p: float,
+               generator) -> int:
+    """One token from a row of logits ``(V,)``: :func:`warp_llama`'s row, then the inverse CDF
+    of one float64 uniform from the torch ``generator``
+    (:func:`~spec_adapters.core.sampling.sample_token`): the draw plain decoding makes per
+    token and HedgeSpec's coupled rule makes per position."""
+    import torch
+
+    from spec_adapters.core.sampling import sample_token
+
+    row = warp_llama(logits[None], temperature, top_k, top_p)[0]
+    return sample_token(torch.from_numpy(row), generator)
 
 
 _TOP_P_CANDIDATES = 2048
@@ -174,7 +188,7 @@ class LlamaCppDecoder:
         Stops after an end-of-generation token (``stop_at_eog``) or at the context's end."""
         import torch
 
-        from spec_adapters.core.sampling import coupled_accept, sample_token
+        from spec_adapters.core.sampling import coupled_accept
         from spec_adapters.decoding.loop import RoundInfo
 
         seq = self._check_prompt(prompt)
@@ -216,9 +230,10 @@ class LlamaCppDecoder:
                 n = next((j for j, t in enumerate(draft) if t != top[j]), len(draft))
                 nxt = int(top[n])
             else:  # each position's token drawn as plain_generate draws it (same seed: same
-                # tokens); a draft is kept while it equals that token
-                p = torch.from_numpy(warp_llama(logits, temperature, top_k, top_p))
-                n, nxt = coupled_accept(p, draft, lambda _k, row: sample_token(row, gen))
+                # tokens); a draft is kept while it equals that token; a row is warped only
+                # when the rule reaches it
+                n, nxt = coupled_accept(torch.from_numpy(logits), draft, lambda _k, row:
+                                        draw_token(row.numpy(), temperature, top_k, top_p, gen))
             self.target.keep(len(seq) + n)            # [last] + the accepted drafts
             pending = None  # the next token (nxt) is not cached yet
             new = [*draft[:n], nxt]
@@ -290,18 +305,13 @@ def plain_generate(target: GGUFTarget, prompt: Sequence[int], max_new_tokens: in
     called with each new token as soon as it is known."""
     import torch
 
-    from spec_adapters.core.sampling import sample_token
-
     gen = torch.Generator().manual_seed(seed)
     seq = [int(t) for t in prompt]
     limit = min(len(seq) + max_new_tokens, target.n_ctx)
     logits = target.prefill(seq)
     while len(seq) < limit:
-        if temperature <= 0:
-            nxt = int(logits.argmax())
-        else:
-            row = warp_llama(logits[None], temperature, top_k, top_p)[0]
-            nxt = sample_token(torch.from_numpy(row), gen)
+        nxt = (int(logits.argmax()) if temperature <= 0
+               else draw_token(logits, temperature, top_k, top_p, gen))
         seq.append(nxt)
         if on_token is not None:
             on_token(nxt)
