@@ -10,24 +10,15 @@ ends the whole process, so inside a pytest worker it would end every test that w
 from __future__ import annotations
 
 import os
-import signal
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
+from spec_adapters.llamacpp.cpu_backend import exit_cause
+
 ROOT = Path(__file__).resolve().parents[1]
-
-
-def exit_cause(returncode: int) -> str:
-    """``"killed by SIGSEGV"`` for a child killed by a signal, else ``"exit status N"``."""
-    if returncode < 0:
-        try:
-            return f"killed by {signal.Signals(-returncode).name}"
-        except ValueError:
-            return f"killed by signal {-returncode}"
-    return f"exit status {returncode}"
 
 
 def run_child(args: list[str], what: str, timeout: float = 180.0,

@@ -41,8 +41,8 @@ from pathlib import Path
 
 from spec_adapters.store.location import default_cache_dir
 
-__all__ = ["AMX_VARIANTS", "CpuBackend", "ensure_loaded", "llama_cpp_module", "probe_decodes",
-           "system_info", "variant_scores"]
+__all__ = ["AMX_VARIANTS", "CpuBackend", "ensure_loaded", "exit_cause", "llama_cpp_module",
+           "probe_decodes", "system_info", "variant_scores"]
 
 log = logging.getLogger(__name__)
 
@@ -72,15 +72,12 @@ class CpuBackend:
     scores : dict
         Every variant's ``ggml_backend_score`` on this CPU (0: cannot run here).
     amx : str
-        ``"not on this CPU"``, ``"works"`` (the probe decoded), ``"crashed: <why>"`` or
-        ``"forced"`` / ``"not built"``.
+        ``"not on this CPU"``, ``"works"`` (the probe decoded), ``"crashed: <why>"``,
+        ``"forced"`` or ``"not guarded (no runtime dispatch)"``.
     reason : str
         One line: why this variant.
     cpu_flags : list of str
         The flags of :data:`FLAGS_OF_INTEREST` this CPU has.
-    features : str
-        llama.cpp's own account of the features in use (``llama_print_system_info``), once
-        loaded.
     """
 
     variant: str
@@ -89,7 +86,6 @@ class CpuBackend:
     amx: str
     reason: str
     cpu_flags: list[str] = field(default_factory=list)
-    features: str = ""
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -154,6 +150,16 @@ def _cpu_flags() -> list[str]:
     return [f for f in FLAGS_OF_INTEREST if f in have]
 
 
+def exit_cause(returncode: int) -> str:
+    """How a child process ended: ``"killed by SIGSEGV"``, or ``"exit status N"``."""
+    if returncode < 0:
+        try:
+            return f"killed by {signal.Signals(-returncode).name}"
+        except ValueError:
+            return f"killed by signal {-returncode}"
+    return f"exit status {returncode}"
+
+
 def probe_decodes(path: Path, timeout: float = PROBE_TIMEOUT_S) -> str:
     """Decode a tiny Q4_0 GGUF through the CPU backend ``path`` in a child process: one row,
     then 5 rows at once. Returns ``"works"``, or ``"crashed: <signal or status>"`` with the
@@ -166,10 +172,8 @@ def probe_decodes(path: Path, timeout: float = PROBE_TIMEOUT_S) -> str:
         return f"crashed: no answer in {timeout:.0f} s"
     if run.returncode == 0:
         return "works"
-    why = (f"killed by {signal.Signals(-run.returncode).name}" if run.returncode < 0
-           else f"exit status {run.returncode}")
     tail = (run.stderr or run.stdout).strip().splitlines()[-1:]
-    return f"crashed: {why}" + (f" ({tail[0][:200]})" if tail else "")
+    return f"crashed: {exit_cause(run.returncode)}" + (f" ({tail[0][:200]})" if tail else "")
 
 
 def _probe_cache_key(folder: Path, variant: str) -> str:

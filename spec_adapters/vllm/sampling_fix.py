@@ -219,7 +219,7 @@ def _seeded_rows_coupled(rejection_sample):
             drafts = draft_token_ids[start:start + n].tolist()
             n_accepted, nxt = coupled_accept(rows, drafts, draw)
             out[i].fill_(-1)  # PLACEHOLDER_TOKEN_ID: not emitted
-            out[i, :n_accepted] = torch.tensor(drafts[:n_accepted], dtype=out.dtype)
+            out[i, :n_accepted] = draft_token_ids[start:start + n_accepted]
             out[i, n_accepted] = nxt
         return out
 

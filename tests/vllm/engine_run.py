@@ -27,7 +27,7 @@ import time
 import traceback
 from pathlib import Path
 
-from tests.native import exit_cause
+from spec_adapters.llamacpp.cpu_backend import exit_cause
 
 ROOT = Path(__file__).resolve().parents[2]
 
