@@ -26,6 +26,7 @@ Telemetry (``GET /stats``, and the ``--stats`` file rewritten atomically after e
 
     {"requests", "new_tokens", "rounds", "seconds", "tok_s", "mean_accepted_tokens",
      "non_target_share": the part of the decoding time outside llama_decode,
+     "row_ms": one llama_decode of 1 .. K + 1 rows, as the decoder priced them at load,
      "drafters": {name: {"chosen": rounds it drafted, "chosen_share": of all rounds,
                          "acceptance": mean tokens its K-token draft would have had accepted
                                        (counterfactual, over every evaluated round)}}}
@@ -116,8 +117,9 @@ class ServedStats:
     """The telemetry of the module docstring, summed over the requests served (read and added
     to under a lock of its own: ``/stats`` is answered while a request decodes)."""
 
-    def __init__(self, names: list[str], path: Path | None = None) -> None:
-        self.names, self.path = list(names), path
+    def __init__(self, names: list[str], path: Path | None = None,
+                 row_ms: list[float] | None = None) -> None:
+        self.names, self.path, self.row_ms = list(names), path, row_ms
         self._lock = threading.Lock()
         self.requests = self.new_tokens = self.rounds = self.evaluated = 0
         self.seconds = self.target_seconds = 0.0
@@ -156,6 +158,7 @@ class ServedStats:
                 "mean_accepted_tokens": self.new_tokens / rounds if self.rounds else None,
                 "non_target_share": (1 - self.target_seconds / self.seconds
                                      if self.seconds else None),
+                "row_ms": self.row_ms,
                 "drafters": {n: {"chosen": int(self.chosen[j]),
                                  "chosen_share": self.chosen[j] / rounds,
                                  "acceptance": (self.accepted[j] / self.evaluated
@@ -184,7 +187,8 @@ class LlamaCppServer(ThreadingHTTPServer):
                  model_name: str = "hedgespec", stats_path: Path | None = None) -> None:
         super().__init__(address, _Handler)
         self.decoder, self.model_name = decoder, model_name
-        self.stats = ServedStats(decoder.names, stats_path)
+        self.stats = ServedStats(decoder.names, stats_path,
+                                 (1e3 * decoder.row_seconds).round(3).tolist())
         self.lock = threading.Lock()  # one sequence in the llama.cpp context at a time
 
     def complete(self, req: dict, chat: bool) -> Iterator[tuple[str, str | None, dict | None]]:

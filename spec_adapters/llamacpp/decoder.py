@@ -3,8 +3,10 @@
 One round (the transformers loop's, with point-mass drafters; every decision is
 :mod:`spec_adapters.selection`'s)::
 
-    the learner plays an expert (drafter i, k tokens; k = 0: a plain step)
-    every drafter drafts K tokens from the verified sequence      (the round's counterfactuals)
+    the learner plays an expert (drafter i, k tokens; k = 0: a plain step), k cut to the
+    longest draft whose expected accepted tokens pay for its rows (nothing pays: k = 0)
+    every drafter drafts K tokens from the verified sequence      (the round's counterfactuals;
+                                                   skipped but for a probe share when none pays)
     one llama_decode over [last] + draft_i[:k], logits for those rows (after the prompt, which
     is prefilled as llama.cpp prefills it: the draft alone, the prompt's logits known)
     accept: greedy = the draft's prefix that matches the argmax; sampled = the coupled rule
@@ -20,6 +22,18 @@ One round (the transformers loop's, with point-mass drafters; every decision is
 
 A finished request is committed to the drafters that keep a memory of earlier requests (the
 suffix drafter), as the vLLM proposer does.
+
+Priced before it learns. At load the decoder times its target's own decode of ``1 .. K + 1``
+rows (:meth:`~spec_adapters.llamacpp.target.GGUFTarget.row_prices`, about a second): the
+learner's round costs ``c_i(k)`` start from them instead of from nothing, and the rounds are
+cut by :mod:`spec_adapters.selection.abstention`: drafter ``i``'s ``k``-token draft is played
+only where its expected accepted tokens ``A_i(k)`` (counterfactual, this request's shrunk to
+the stream's with the weight of ``prior_rounds`` rounds) pay what its rows add to a plain step,
+``tau A_i(k) > T(1 + D_i(k)) - T(1)`` (``tau``: seconds per token so far). Before any round is
+scored ``k = 0``; a stream none of whose drafts pays runs plain steps and drafts its
+counterfactuals on a ``probe`` share of rounds only (it must see a request turn repetitive).
+On the shipped Q4_1 file a row costs most of a step here (docs/benchmark.md), so the learner
+drafts only where nearly every drafted token is accepted.
 
 Lossless: greedy output is the argmax of the target's logits row by row, sampled output follows
 the warped target law whatever the draft and equals :func:`plain_generate`'s for the same seed
@@ -52,6 +66,7 @@ from spec_adapters.selection import (
     n_experts,
     window_losses,
 )
+from spec_adapters.selection.abstention import AcceptanceBook, expected_gains, paying_k
 
 if TYPE_CHECKING:
     from spec_adapters.decoding.loop import RoundInfo
@@ -122,9 +137,11 @@ def _top_p_row(z: np.ndarray, top_p: float) -> np.ndarray:
 class LlamaOutput:
     """``tokens``: the generated tokens (prompt excluded); ``stats``: ``target_calls``,
     ``new_tokens``, ``mean_accepted_tokens``, per round ``chosen`` / ``lengths`` /
-    ``accepted``, seconds per part (``prefill``, ``target``: the rounds' decodes, ``draft``,
-    ``select``, ``update``), ``non_target_share`` (the share of the whole that is not a
-    ``llama_decode``), and per drafter ``counterfactual_accepted``: the mean tokens its
+    ``accepted`` (a round that drafts nothing keeps the learner's drafter in ``chosen``),
+    seconds per part (``prefill``, ``target``: the rounds' decodes, ``draft``, ``select``,
+    ``update``), ``non_target_share`` (the share of the whole that is not a
+    ``llama_decode``), ``row_ms`` (a decode of ``1 .. K + 1`` rows, as priced at load), and
+    per drafter ``counterfactual_accepted``: the mean tokens its
     ``K``-token draft would have had accepted over the ``evaluated_rounds`` (its draft scored
     against the verified tokens whether or not it drafted: which drafter to keep or train)."""
 
@@ -150,16 +167,27 @@ class LlamaCppDecoder:
         Keep what the learner learnt across ``generate`` calls (a stream of requests: a short
         request does not start exploring ``N (K + 1)`` experts from uniform); ``False``
         resets it per call, as the paper does per query.
+    row_seconds : sequence of K + 1 floats, optional
+        Seconds of one decode of ``1 .. K + 1`` rows; default: measured at load
+        (:meth:`GGUFTarget.row_prices`). Kept as :attr:`row_seconds`.
+    prior_rounds : int, default 8
+        Weight, in rounds, of the stream's acceptance in a request's (module docstring).
+    probe : float, default 0.1
+        Share of the rounds where no draft pays that still draft every drafter's
+        counterfactual.
 
     Raises
     ------
     ValueError
-        No drafter, a drafter over another vocabulary, ``K < 1``, a bandit or unknown policy.
+        No drafter, a drafter over another vocabulary, ``K < 1``, a bandit or unknown policy,
+        ``row_seconds`` not ``K + 1`` finite seconds >= 0, ``prior_rounds < 0``, ``probe``
+        outside [0, 1].
     """
 
     def __init__(self, target: GGUFTarget, drafters: Sequence[PointDrafter],
                  draft_length: int = 4, policy: str = "normalhedge",
-                 carry_state: bool = True) -> None:
+                 carry_state: bool = True, row_seconds: Sequence[float] | None = None,
+                 prior_rounds: int = 8, probe: float = 0.1) -> None:
         if not drafters:
             raise ValueError("empty drafter pool: pass at least one point-mass drafter")
         for d in drafters:
@@ -176,8 +204,24 @@ class LlamaCppDecoder:
         if not self.policy.full_information:
             raise ValueError(f"policy {policy!r} is a bandit: the llama.cpp engine learns "
                              "from every drafter's counterfactual (a full-information policy)")
+        if isinstance(prior_rounds, bool) or not isinstance(prior_rounds, int) \
+                or prior_rounds < 0:
+            raise ValueError(f"prior_rounds must be an integer >= 0, got {prior_rounds!r}")
+        if not 0.0 <= float(probe) <= 1.0:
+            raise ValueError(f"probe must be in [0, 1], got {probe!r}")
+        if row_seconds is None:
+            row_seconds = target.row_prices(draft_length + 1)
+        row_seconds = np.asarray(row_seconds, np.float64)
+        if row_seconds.shape != (draft_length + 1,) or not np.isfinite(row_seconds).all() \
+                or (row_seconds < 0).any():
+            raise ValueError(f"row_seconds must be {draft_length + 1} finite seconds >= 0 "
+                             f"(1 .. K + 1 rows), got {row_seconds.tolist()}")
+        self.row_seconds = row_seconds
         self.costs = StepCosts(len(self.drafters), draft_length)
-        self.carry_state = carry_state
+        for n, sec in enumerate(row_seconds, 1):
+            self.costs.observe_target(n, sec)
+        self.stream_book = AcceptanceBook(len(self.drafters), draft_length)
+        self.carry_state, self.prior_rounds, self.probe = carry_state, prior_rounds, float(probe)
 
     def generate(self, prompt: Sequence[int], max_new_tokens: int = 128,
                  temperature: float = 0.0, top_k: int | None = None, top_p: float = 1.0,
@@ -198,6 +242,8 @@ class LlamaCppDecoder:
         book.reset(len(seq))
         if not self.carry_state:
             self.policy.reset()
+            self.stream_book = AcceptanceBook(len(self.drafters), self.K)
+        request = AcceptanceBook(len(self.drafters), self.K)
         secs = dict.fromkeys(("prefill", "target", "draft", "select", "update"), 0.0)
         rounds: dict[str, list[int]] = {"chosen": [], "lengths": [], "accepted": []}
         counterfactual, evaluated = np.zeros(len(self.drafters)), 0
@@ -211,11 +257,16 @@ class LlamaCppDecoder:
                 self.policy.weights.reshape(len(self.drafters), -1).sum(1)
             rid, e = self.policy.play(rng)                                  # 1 select
             i, k = expert_of(e, self.K)
+            gain = self._gains(request)
+            if gain is None:  # nothing scored yet: a plain step, scored
+                k, evaluate = 0, True
+            else:
+                k, evaluate = paying_k(gain[i], k), gain.max() > 0 or rng.random() < self.probe
             k = min(k, limit - len(seq) - 1)
             t1 = time.perf_counter()
             history = np.asarray(seq, np.int64)                               # 2 draft
             drafts = np.full((len(self.drafters), self.K), -1, np.int64)
-            for j, d in enumerate(self.drafters):
+            for j, d in enumerate(self.drafters if evaluate else ()):
                 got = d.draft(history, self.K)
                 drafts[j, :len(got)] = got
             draft = [int(t) for t in drafts[i, :k] if t >= 0]
@@ -241,13 +292,20 @@ class LlamaCppDecoder:
                        None)
             new = new[:min(len(new) if eog is None else eog + 1, limit - len(seq))]
             done = eog is not None or len(seq) + len(new) >= limit
-            book.open(rid, len(seq), drafts)                                  # 4 evaluate
+            if evaluate:                                                      # 4 evaluate
+                book.open(rid, len(seq), drafts)
+            else:
+                self.policy.censor(rid)
             seq += new
             book.record(new)
             for w in book.pop_completed():                                    # 5 update
                 self.policy.feed(w.round_id, window_losses(
                     w, "time", False, self.costs.round_costs(), self.costs.time_per_token))
-                counterfactual += acceptance_lengths(w.gamma, validate=False)[:, -1] - 1.0
+                accepted = acceptance_lengths(w.gamma, validate=False) - 1.0
+                drafted = np.minimum(np.arange(self.K + 1)[None, :], w.lengths[:, None])
+                request.add(accepted, drafted)
+                self.stream_book.add(accepted, drafted)
+                counterfactual += accepted[:, -1]
                 evaluated += 1
             t4 = time.perf_counter()
             self.costs.observe_target(len(draft) + 1, t3 - t2)
@@ -279,8 +337,22 @@ class LlamaCppDecoder:
                  "non_target_share":
                      1.0 - (secs["target"] + secs["prefill"]) / total if total else 0.0,
                  "evaluated_rounds": evaluated,
+                 "row_ms": (1e3 * self.row_seconds).round(3).tolist(),
                  "counterfactual_accepted": (counterfactual / max(evaluated, 1)).tolist()}
         return LlamaOutput(produced, stats)
+
+    def _gains(self, request: AcceptanceBook) -> np.ndarray | None:
+        """Every expert's expected gain in seconds over a plain step
+        (:func:`~spec_adapters.selection.abstention.expected_gains`), what a round drafting
+        ``d`` tokens adds being ``T(1 + d) - T(1)`` (never negative, never falling with
+        ``d``); ``None`` before any round is scored."""
+        est = request.estimate(self.stream_book, self.prior_rounds)
+        if est is None:
+            return None
+        curve = self.costs.target_curve()
+        extra = np.maximum.accumulate(np.maximum(curve - curve[0], 0.0))
+        tau = self.costs.time_per_token or float(self.costs.round_costs()[0, 0])
+        return expected_gains(*est, tau, extra)
 
     def _check_prompt(self, prompt: Sequence[int]) -> list[int]:
         seq = [int(t) for t in prompt]

@@ -68,8 +68,8 @@ class AcceptanceBook:
         return acc / (self.rounds + m), dr / (self.rounds + m)
 
 
-def expected_gains(accepted: np.ndarray, drafted: np.ndarray, tau: float, draft_s: float
-                   ) -> np.ndarray:
+def expected_gains(accepted: np.ndarray, drafted: np.ndarray, tau: float,
+                   draft_s: float | np.ndarray) -> np.ndarray:
     """``gain_i(k) = tau A_i(k) - draft_s D_i(k)`` of every expert, ``(N, K + 1)``, with
     ``gain_i(0) = 0`` (not drafting is the reference).
 
@@ -79,10 +79,15 @@ def expected_gains(accepted: np.ndarray, drafted: np.ndarray, tau: float, draft_
         ``(N, K + 1)`` ``A_hat`` and ``D_hat`` (:meth:`AcceptanceBook.estimate`).
     tau : float
         Seconds per generated token of the batch.
-    draft_s : float
-        Seconds one drafted token adds to a step (:meth:`StepTimeModel.draft_seconds`).
+    draft_s : float or numpy.ndarray
+        Seconds one drafted token adds to a step (:meth:`StepTimeModel.draft_seconds`); or
+        ``(K + 1,)`` seconds that a round drafting ``d = 0 .. K`` tokens adds to a plain step,
+        interpolated at ``D_hat`` (an engine that prices its rows one by one: in llama.cpp a
+        second row may cost nothing and a third most of a step).
     """
-    gain = tau * accepted - draft_s * drafted
+    extra = draft_s * drafted if np.ndim(draft_s) == 0 else \
+        np.interp(drafted, np.arange(len(draft_s)), draft_s)
+    gain = tau * accepted - extra
     gain[:, 0] = 0.0
     return gain
 

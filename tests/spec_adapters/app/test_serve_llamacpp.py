@@ -83,6 +83,8 @@ def test_a_greedy_completion_is_llama_cpps_greedy_text_streamed_or_not(served):
     assert json.loads(stats_file.read_text())["requests"] == tele["requests"]
     assert all(0 <= d["acceptance"] <= 3 for d in tele["drafters"].values())
     assert sum(d["chosen"] for d in tele["drafters"].values()) <= tele["rounds"]
+    assert tele["row_ms"] == (1e3 * server.decoder.row_seconds).round(3).tolist()
+    assert len(tele["row_ms"]) == 4 and min(tele["row_ms"]) > 0  # 1 .. K + 1 rows
 
 
 def test_a_chat_is_templated_by_the_ggufs_own_template(served):

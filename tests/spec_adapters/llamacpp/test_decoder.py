@@ -50,6 +50,16 @@ class Known:
         return np.zeros(0, np.int64)
 
 
+class Alternating(Known):
+    """Right for two tokens after a sequence of even length, wrong from the first after an odd
+    one: drafts that pay on average, and are rejected in some rounds whatever length the
+    learner keeps."""
+
+    def draft(self, history, k):
+        self.wrong_at = 2 if len(history) % 2 == 0 else 0
+        return super().draft(history, k)
+
+
 class Never:
     name = "never"
 
@@ -127,6 +137,56 @@ def test_rounds_without_a_draft_are_plain_steps(target):
     assert out.stats["target_calls"] == 12 and set(out.stats["lengths"]) == {0}
 
 
+def test_drafts_that_cannot_pay_are_never_played(target):
+    """A drafter that is always wrong: its rows are never decoded, not even while the learner
+    knows nothing (the first round is a plain step); its counterfactuals are still scored
+    in the first rounds and then on a probe share (the old learner, starting uniform over
+    (drafter, k), drafted in most of its first rounds)."""
+    truth = _greedy(target)
+    dec = LlamaCppDecoder(target, [Known(truth, 0, "always-wrong")], draft_length=4,
+                          probe=0.25)
+    rounds = evaluated = 0
+    for p in PROMPTS:
+        out = dec.generate(p, 30, stop_at_eog=False)
+        assert out.tokens == truth[tuple(p)]
+        assert set(out.stats["lengths"]) == {0} and out.stats["target_calls"] == 30
+        rounds, evaluated = rounds + 30, evaluated + out.stats["evaluated_rounds"]
+    assert 0 < evaluated < rounds / 2, (evaluated, rounds)
+
+
+def test_a_drafter_that_pays_is_played_once_a_round_is_scored(target):
+    """A drafter that knows the answer: until the first round's K tokens are verified the
+    learner knows nothing and the rounds are plain steps; from then on the learner's draft
+    is played wherever it picks that drafter."""
+    truth = _greedy(target)
+    dec = LlamaCppDecoder(target, [Known(truth, 99, "right"), Never()], draft_length=4)
+    out = dec.generate(PROMPTS[2], 30, stop_at_eog=False)
+    assert out.tokens == truth[tuple(PROMPTS[2])]
+    lengths = out.stats["lengths"]
+    assert lengths[:4] == [0] * 4 and np.mean(np.array(lengths[4:]) > 0) > 0.5, lengths
+    assert out.stats["mean_accepted_tokens"] > 2
+
+
+def test_rows_are_priced_at_load_and_a_given_price_is_checked(target):
+    """The target's own decode of 1 .. K + 1 rows, timed at load, seeds the round costs; a
+    price given instead must be K + 1 seconds."""
+    prices = target.row_prices(3, context=8, repeats=2)
+    assert prices.shape == (3,) and (prices > 0).all() and target.n_cached == 0
+    dec = LlamaCppDecoder(target, [PromptLookup(1)], draft_length=2)
+    assert dec.row_seconds.shape == (3,) and (dec.row_seconds > 0).all()
+    np.testing.assert_allclose(dec.costs.target_curve(), dec.row_seconds)
+    out = LlamaCppDecoder(target, [PromptLookup(1)], draft_length=2,
+                          row_seconds=[0.01, 0.02, 0.03]).generate(PROMPTS[0], 4)
+    assert out.stats["row_ms"] == [10.0, 20.0, 30.0]
+    for bad in ([0.01, 0.02], [0.01, float("nan"), 0.03], [0.01, -1.0, 0.03]):
+        with pytest.raises(ValueError, match="row_seconds must be 3 finite seconds"):
+            LlamaCppDecoder(target, [PromptLookup(1)], draft_length=2, row_seconds=bad)
+    with pytest.raises(ValueError, match="probe must be in"):
+        LlamaCppDecoder(target, [PromptLookup(1)], row_seconds=[0.0] * 5, probe=2)
+    with pytest.raises(ValueError, match="prior_rounds must be"):
+        LlamaCppDecoder(target, [PromptLookup(1)], row_seconds=[0.0] * 5, prior_rounds=-1)
+
+
 def test_the_context_limit_ends_generation_exactly_where_plain_does(target):
     prompt = [10 + j % 200 for j in range(target.n_ctx - 16)]  # 16 positions left
     seen: list[int] = []
@@ -175,13 +235,14 @@ def test_sampled_output_follows_llama_cpps_sampling_law(target):
 def test_a_seed_gives_plain_decodings_tokens_whatever_was_drafted(target):
     """Sampled (T = 0.8, top-p 0.95): for each seed, HedgeSpec's output equals plain_generate's
     with that seed token for token, through a drafter that knows that output for two tokens
-    and then drafts wrong ones, beside prompt lookup: drafts are accepted and rejected on the
-    way (the coupled rule draws each position's token as plain decoding does)."""
+    in some rounds and drafts wrong ones in others, beside prompt lookup: drafts are accepted
+    and rejected on the way (the coupled rule draws each position's token as plain decoding
+    does)."""
     accepted = rejected = 0
     for seed in range(8):
         plain = {tuple(p): plain_generate(target, p, 24, stop_at_eog=False, temperature=0.8,
                                           top_p=0.95, seed=seed) for p in PROMPTS[:2]}
-        dec = LlamaCppDecoder(target, [Known(plain, 2, "right-then-wrong"), PromptLookup(1)],
+        dec = LlamaCppDecoder(target, [Alternating(plain, 2, "alternating"), PromptLookup(1)],
                               draft_length=3)
         for p in PROMPTS[:2]:
             out = dec.generate(p, 24, temperature=0.8, top_p=0.95, seed=seed, stop_at_eog=False)

@@ -31,3 +31,17 @@ def test_a_request_without_rounds_decides_from_the_streams_evidence():
     acc, _dr = own.estimate(stream, 1)  # one own round against one of prior
     np.testing.assert_allclose(acc, [[0, 0.5, 0.75], [0, 0.5, 0.5]])
     assert own.estimate(stream, 0)[0].tolist() == [[0, 0, 0], [0, 1, 1]]  # its own alone
+
+
+def test_a_priced_curve_charges_each_draft_what_its_rows_add():
+    """A curve of what a round drafting d = 0..K tokens adds (llama.cpp: a second row nearly
+    free, a third most of a step) is read at the expected drafted tokens, between lengths
+    linearly; a scalar price is the straight line through 0."""
+    acc = np.array([[0.0, 0.9, 1.6, 2.0]])
+    drafted = np.array([[0.0, 1.0, 2.0, 2.5]])  # the drafter drafts fewer than 3 at times
+    curve = np.array([0.0, 0.001, 0.009, 0.019])
+    gain = expected_gains(acc, drafted, tau=0.01, draft_s=curve)
+    np.testing.assert_allclose(gain[0], [0, 0.009 - 0.001, 0.016 - 0.009, 0.020 - 0.014])
+    assert paying_k(gain[0], 3) == 1
+    np.testing.assert_allclose(expected_gains(acc, drafted, 0.01, np.array([0, 1, 2, 3]) * 1e-3),
+                               expected_gains(acc, drafted, 0.01, 1e-3))
