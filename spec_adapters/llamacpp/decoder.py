@@ -55,6 +55,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from spec_adapters.llamacpp.sampling_chain import draw_token
 from spec_adapters.llamacpp.target import GGUFTarget
 from spec_adapters.selection import (
     PointDrafter,
@@ -71,66 +72,7 @@ from spec_adapters.selection.abstention import AcceptanceBook, expected_gains, p
 if TYPE_CHECKING:
     from spec_adapters.decoding.loop import RoundInfo
 
-__all__ = ["LlamaCppDecoder", "LlamaOutput", "draw_token", "plain_generate", "warp_llama"]
-
-
-def warp_llama(logits: np.ndarray, temperature: float, top_k: int | None, top_p: float
-               ) -> np.ndarray:
-    """Rows of probabilities from ``logits`` ``(m, V)`` by llama.cpp's sampling chain: keep the
-    ``top_k`` largest logits, then the smallest most-probable set whose softmax (of the raw
-    logits) reaches ``top_p`` (ties by token id), then soften what is kept by ``temperature``
-    (> 0). Each row sorts only its :data:`_TOP_P_CANDIDATES` largest logits unless the kept
-    set might reach past them (then the whole row)."""
-    x = logits.astype(np.float64)
-    keep = np.ones_like(x, bool)
-    if top_k is not None and top_k < x.shape[1]:
-        kth = -np.partition(-x, top_k - 1, axis=1)[:, top_k - 1:top_k]
-        keep &= x >= kth
-    if top_p < 1.0:
-        for r in range(x.shape[0]):
-            keep[r] = _top_p_row(np.where(keep[r], x[r], -np.inf), top_p)
-    z = np.where(keep, x / temperature, -np.inf)
-    p = np.exp(z - z.max(1, keepdims=True))
-    return p / p.sum(1, keepdims=True)
-
-
-def draw_token(logits: np.ndarray, temperature: float, top_k: int | None, top_p: float,
-               generator) -> int:
-    """One token from a row of logits ``(V,)``: :func:`warp_llama`'s row, then the inverse CDF
-    of one float64 uniform from the torch ``generator``
-    (:func:`~spec_adapters.core.sampling.sample_token`): the draw plain decoding makes per
-    token and HedgeSpec's coupled rule makes per position."""
-    import torch
-
-    from spec_adapters.core.sampling import sample_token
-
-    row = warp_llama(logits[None], temperature, top_k, top_p)[0]
-    return sample_token(torch.from_numpy(row), generator)
-
-
-_TOP_P_CANDIDATES = 2048
-
-
-def _top_p_row(z: np.ndarray, top_p: float) -> np.ndarray:
-    """The kept mask of one row of logits ``z`` (``-inf``: cut already) under top-p: the tokens
-    in descending probability (ties by id) whose strictly more probable mass is below
-    ``top_p``."""
-    p = np.exp(z - z.max())
-    p /= p.sum()
-    idx = np.argpartition(-p, _TOP_P_CANDIDATES)[:_TOP_P_CANDIDATES] \
-        if p.size > _TOP_P_CANDIDATES else np.arange(p.size)
-    order = idx[np.lexsort((idx, -p[idx]))]
-    before = np.cumsum(p[order]) - p[order]
-    n = max(1, int(np.count_nonzero(before < top_p)))  # llama.cpp keeps one token at least
-    if len(order) < p.size and p[order[n - 1]] == p[order[-1]]:
-        # the kept set reaches the candidates' smallest probability: tokens outside them may
-        # tie it or follow it, so the whole row is sorted
-        order = np.lexsort((np.arange(p.size), -p))
-        before = np.cumsum(p[order]) - p[order]
-        n = max(1, int(np.count_nonzero(before < top_p)))
-    kept = np.zeros(p.size, bool)
-    kept[order[:n]] = True
-    return kept
+__all__ = ["LlamaCppDecoder", "LlamaOutput", "plain_generate"]
 
 
 @dataclass
@@ -372,9 +314,10 @@ def plain_generate(target: GGUFTarget, prompt: Sequence[int], max_new_tokens: in
                    top_k: int | None = None, top_p: float = 1.0, seed: int = 0) -> list[int]:
     """llama.cpp decoding, one token per ``llama_decode`` with the last row's logits only:
     the baseline, and the output HedgeSpec's must equal (greedy: the argmax; sampled: one draw
-    per token from the :func:`warp_llama` row, by the inverse CDF of one uniform from a torch
-    generator seeded with ``seed``, as :meth:`LlamaCppDecoder.generate` draws). ``on_token`` is
-    called with each new token as soon as it is known."""
+    per token, :func:`~spec_adapters.llamacpp.sampling_chain.draw_token`: llama.cpp's chain,
+    then the inverse CDF of one uniform from a torch generator seeded with ``seed``, as
+    :meth:`LlamaCppDecoder.generate` draws). ``on_token`` is called with each new token as
+    soon as it is known."""
     import torch
 
     gen = torch.Generator().manual_seed(seed)

@@ -12,7 +12,8 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from spec_adapters.llamacpp.decoder import LlamaCppDecoder, plain_generate, warp_llama
+from spec_adapters.llamacpp.decoder import LlamaCppDecoder, plain_generate
+from spec_adapters.llamacpp.sampling_chain import warp_llama
 from spec_adapters.llamacpp.target import GGUFTarget
 from spec_adapters.llamacpp.tiny_gguf import write_tiny_gguf
 from spec_adapters.selection import PromptLookup, SuffixDraft
@@ -254,47 +255,6 @@ def test_a_seed_gives_plain_decodings_tokens_whatever_was_drafted(target):
     # different seeds, different outputs: the seed is used
     assert len({tuple(plain_generate(target, PROMPTS[0], 24, stop_at_eog=False,
                                      temperature=0.8, seed=s)) for s in range(5)}) > 1
-
-
-def test_warp_keeps_top_k_then_top_p_of_the_raw_softmax_then_tempers():
-    logits = np.log(np.array([[0.5, 0.3, 0.15, 0.05]]))
-    p = warp_llama(logits, 2.0, None, 0.7)  # raw softmax: {0, 1} reach 0.8 >= 0.7
-    kept = np.array([0.5, 0.3]) ** 0.5
-    np.testing.assert_allclose(p[0], [*(kept / kept.sum()), 0, 0])
-    np.testing.assert_allclose(warp_llama(logits, 1.0, 1, 1.0)[0], [1, 0, 0, 0])
-
-
-def _warp_by_full_sort(x, temperature, top_k, top_p):
-    """llama.cpp's chain the slow way: every row sorted whole (ties by token id)."""
-    x = x.astype(np.float64)
-    keep = np.ones_like(x, bool)
-    if top_k is not None:
-        keep &= x >= -np.sort(-x, axis=1)[:, top_k - 1:top_k]
-    z = np.where(keep, x, -np.inf)
-    p = np.exp(z - z.max(1, keepdims=True))
-    p /= p.sum(1, keepdims=True)
-    order = np.argsort(-p, axis=1, kind="stable")
-    sp = np.take_along_axis(p, order, 1)
-    kept = np.zeros_like(keep)
-    np.put_along_axis(kept, order, np.cumsum(sp, 1) - sp < top_p, 1)
-    keep &= kept
-    z = np.where(keep, x / temperature, -np.inf)
-    p = np.exp(z - z.max(1, keepdims=True))
-    return p / p.sum(1, keepdims=True)
-
-
-@pytest.mark.parametrize("scale", [0.2, 3.0, 30.0])  # flat (the whole row sorted) .. peaked
-@pytest.mark.parametrize("top_k,top_p", [(None, 0.9), (None, 0.5), (4000, 0.99), (7, 0.9)])
-def test_warp_of_a_large_vocabulary_equals_sorting_every_row(scale, top_k, top_p):
-    """49,152 tokens (the default target's): warp_llama sorts only its largest logits; the
-    same probabilities as sorting whole rows, ties at the edge of the kept set included."""
-    rng = np.random.default_rng(int(scale * 10))
-    x = (scale * rng.standard_normal((3, 49152))).astype(np.float32)
-    x[1] = np.round(x[1])  # many ties
-    x[2, :3000] = x[2].max() - 0.01  # a plateau wider than the candidates
-    got = warp_llama(x, 0.7, top_k, top_p)
-    np.testing.assert_allclose(got, _warp_by_full_sort(x, 0.7, top_k, top_p), rtol=1e-12,
-                               atol=0)
 
 
 def test_bad_inputs_name_the_problem(target, tmp_path):
