@@ -7,6 +7,22 @@ returns the next token's logits; :meth:`GGUFTarget.step` runs one ``llama_decode
 only (the high-level ``Llama`` with a draft model asks for every position's
 logits, 49k floats per prompt token); :meth:`GGUFTarget.keep` removes the rejected rows from
 the cache (``llama_memory_seq_rm``). A round without a draft is one plain step.
+
+A row's logits, alone or in a batch (:data:`INVARIANT_CACHE`). With llama.cpp's default
+context (flash attention "auto", an F16 key-value cache) a lone row and the same row in a
+batch of rows take different paths once the cache passes 256 cells: ggml-cpu's flash
+attention splits a lone row's cache over the threads and merges the parts' running sums
+(``use_split_kv_path``, when the padded cache reaches 512 cells with F16 / F32 keys and values
+of one type), a row in a batch is one pass on one thread; the last bits differ, and a Q4_1
+model's 8-bit rounding of every matmul input grows them to 0.2-0.7 in the logits (a near-tie
+flips). With keys cached in Q8_0 (values F16) and flash attention on, the split is never
+taken and a row's logits are the same bits whatever rows share its decode, at every cache
+length and thread count (measured and tested up to 1000 cells, 2 threads, up to 63 rows; from
+64 rows a tiled kernel takes over: a round has K + 1 <= 9). Its speed is the default's; its
+numbers are not (the keys are rounded to 8 bits, with llama.cpp's Hadamard rotation), so the
+plain reference and every baseline run with the same cache
+(``benchmarks/llamacpp_batch_invariance.py`` reproduces both cases; the other settings tried,
+and why each fails, are in docs/reliability.md).
 """
 
 from __future__ import annotations
@@ -20,9 +36,12 @@ import numpy as np
 
 from spec_adapters.llamacpp.cpu_backend import llama_cpp_module
 
-__all__ = ["GGUF_MAGIC", "GGUFTarget"]
+__all__ = ["GGUF_MAGIC", "INVARIANT_CACHE", "GGUFTarget"]
 
 GGUF_MAGIC = b"GGUF"
+# context settings under which a row's logits do not depend on its batch (module docstring):
+# flash attention on, keys in Q8_0 (llama.h's GGML_TYPE_Q8_0 = 8), values F16 (1)
+INVARIANT_CACHE = {"flash_attn": True, "type_k": 8, "type_v": 1}
 
 
 class GGUFTarget:
@@ -36,6 +55,15 @@ class GGUFTarget:
         Context length (tokens) of the key-value cache.
     n_threads : int, default 2
         Threads for single-token and batched decodes.
+    batch_invariant : bool, default True
+        The key-value cache of :data:`INVARIANT_CACHE` (module docstring); ``False``:
+        llama.cpp's default (an F16 cache, flash attention "auto"), whose rows past 256
+        cells depend on the rows beside them. A model whose head size Q8_0 cannot hold (not
+        a multiple of 32) gets the default; :attr:`batch_invariant` says which it got.
+    repack : bool, default True
+        Let llama.cpp repack the weights into its CPU layouts for batched rows (Q4_0, Q4_K,
+        IQ4_NL on AVX2 / AVX-512: ``use_extra_bufts``, its default); ``False`` keeps the file's
+        layout (what a row costs either way: ``benchmarks/llamacpp_types.py``).
 
     Raises
     ------
@@ -43,7 +71,8 @@ class GGUFTarget:
         The file is missing, is not a GGUF file, or llama.cpp cannot load it.
     """
 
-    def __init__(self, path, n_ctx: int = 2048, n_threads: int = 2) -> None:
+    def __init__(self, path, n_ctx: int = 2048, n_threads: int = 2,
+                 batch_invariant: bool = True, repack: bool = True) -> None:
         path = Path(path)
         if not path.is_file():
             raise ValueError(f"GGUF file {path} does not exist")
@@ -54,17 +83,28 @@ class GGUFTarget:
         lc.llama_backend_init()
         mparams = lc.llama_model_default_params()
         mparams.n_gpu_layers = 0  # the CPU, as llama-cpp-python's Llama loads it by default
+        mparams.use_extra_bufts = bool(repack)
         self._model = lc.llama_model_load_from_file(str(path).encode(), mparams)
         if not self._model:
             raise ValueError(f"llama.cpp could not load {path}")
-        # llama.cpp's default context (flash attention "auto": on here) in batches of 512 (as
-        # llama-cpp-python's Llama): llama.cpp's floats, so its greedy output, depend on these
+        # batches of 512 (as llama-cpp-python's Llama): llama.cpp's floats, so its greedy
+        # output, depend on these and on the cache's types
         cparams = lc.llama_context_default_params()
         cparams.n_ctx = int(n_ctx)
         cparams.n_batch = cparams.n_ubatch = min(int(n_ctx), 512)
         cparams.n_threads = cparams.n_threads_batch = int(n_threads)
         cparams.no_perf = True
-        self._ctx = lc.llama_init_from_model(self._model, cparams)
+        self._ctx, self.batch_invariant = None, bool(batch_invariant)
+        if batch_invariant:
+            default = (cparams.flash_attn_type, cparams.type_k, cparams.type_v)
+            cparams.flash_attn_type = lc.LLAMA_FLASH_ATTN_TYPE_ENABLED
+            cparams.type_k, cparams.type_v = INVARIANT_CACHE["type_k"], INVARIANT_CACHE["type_v"]
+            self._ctx = lc.llama_init_from_model(self._model, cparams)
+            if not self._ctx:  # Q8_0 keys need a head size divisible by 32 (its block)
+                cparams.flash_attn_type, cparams.type_k, cparams.type_v = default
+                self.batch_invariant = False
+        if not self._ctx:
+            self._ctx = lc.llama_init_from_model(self._model, cparams)
         if not self._ctx:
             lc.llama_model_free(self._model)
             raise ValueError(f"llama.cpp could not create a context for {path}")

@@ -12,8 +12,7 @@ prompt. Methods (:data:`METHODS`):
                 token as HedgeSpec's, so a seed gives both the same tokens): the reference;
 ``cpp-plain``   llama.cpp's own ``llama-completion``, greedy or sampled (its C++ sampler),
                 the prompt in one batch as ours: the C++ reference for outputs and speed;
-``lcp-plain``   llama-cpp-python's ``Llama.generate`` (its C sampler chain), flash attention on
-                as llama.cpp's own default (``Llama``'s default is off, other floats);
+``lcp-plain``   llama-cpp-python's ``Llama.generate`` (its C sampler chain);
 ``lcp-lookup``  the same with ``LlamaPromptLookupDecoding`` (K draft tokens; its draft-model
                 mode computes every position's logits);
 ``cpp-lookup``  llama.cpp's own C++ n-gram speculation, ``llama-lookup`` (it decodes the
@@ -32,9 +31,12 @@ on the loop-free prefix of each output, for the methods our loops time token by 
 speed-up; HedgeSpec's share of time outside ``llama_decode``; per method (greedy; sampled,
 HedgeSpec only: it draws each token as ``plain`` does for the same seed), the prompts
 whose output equals ``plain``'s and, for each that does not, where it diverges and how many
-cache cells were filled there (past 256 cells llama.cpp's one-row attention splits the cache
-across threads, so a row decoded alone and the same row in a batch differ in the last bits:
-docs/benchmark.md).
+cache cells were filled there.
+
+Every method decodes with one key-value cache, :class:`~spec_adapters.llamacpp.GGUFTarget`'s
+(flash attention on, keys in Q8_0: ``-fa on -ctk q8_0`` for the programs): under it a row's
+logits do not depend on the rows beside it, at any cache length, so the methods' greedy texts
+can be equal token for token (with llama.cpp's default F16 cache, past 256 cells they cannot).
 
 A cell is appended to ``<out>/records.jsonl`` when it finishes; a re-run with the same
 settings skips finished cells (resumable), one with other settings is refused. Written:
@@ -65,6 +67,7 @@ from spec_adapters.app.bench.repetition import (
     repeated_share,
 )
 from spec_adapters.llamacpp.cpu_backend import llama_cpp_module
+from spec_adapters.llamacpp.target import INVARIANT_CACHE
 
 __all__ = ["CELL_CAP", "CPP_TOOLS", "METHODS", "LlamaCppBenchConfig", "cpp_generate",
            "repetition_panels", "run_llamacpp_bench", "summarize_cell",
@@ -143,7 +146,8 @@ def cpp_generate(method: str, cpp_bin: Path, gguf: Path, prompt_text: str, n: in
     ``RuntimeError`` with its log when it fails."""
     binary, lookup = cpp_bin / CPP_TOOLS[method], method == "cpp-lookup"
     cmd = [str(binary), "-m", str(gguf), "-p", prompt_text, "-n", str(n), "-t", str(threads),
-           "-tb", str(threads), "-c", str(n_ctx), "--temp", str(temperature), "--top-k", "0",
+           "-tb", str(threads), "-c", str(n_ctx), "-fa", "on", "-ctk", "q8_0", "-ctv", "f16",
+           "--temp", str(temperature), "--top-k", "0",
            "--min-p", "0", "--top-p", str(top_p if temperature else 1.0), "-s", str(seed),
            *(["--spec-draft-n-max", str(k)] if lookup else ["-no-cnv", "--no-display-prompt"])]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600,
@@ -285,13 +289,15 @@ class _Methods:
 
 
 def _llama_cpp_python(gguf: Path, cfg: LlamaCppBenchConfig) -> dict:
-    """llama-cpp-python's ``Llama`` per method that needs one (flash attention on, as
-    llama.cpp's own default on this CPU and :class:`~spec_adapters.llamacpp.GGUFTarget`)."""
+    """llama-cpp-python's ``Llama`` per method that needs one, with the key-value cache of
+    :class:`~spec_adapters.llamacpp.GGUFTarget` (flash attention on, keys in Q8_0: a row's
+    logits do not depend on its batch; :data:`~spec_adapters.llamacpp.target.INVARIANT_CACHE`),
+    so that every method decodes the same numbers."""
     llama_cpp = llama_cpp_module()
     from llama_cpp.llama_speculative import LlamaPromptLookupDecoding
 
     common = {"n_ctx": cfg.n_ctx, "n_threads": cfg.threads, "n_threads_batch": cfg.threads,
-              "flash_attn": True, "verbose": False, "seed": cfg.seed}
+              **INVARIANT_CACHE, "verbose": False, "seed": cfg.seed}
     llms = {}
     if "lcp-plain" in cfg.methods:
         llms["lcp-plain"] = llama_cpp.Llama(str(gguf), **common)

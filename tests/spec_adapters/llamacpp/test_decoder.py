@@ -27,8 +27,9 @@ PROMPTS = [[5, 70, 71, 72, 5, 70, 71], [100, 101, 102, 103], list(range(40, 60))
 @pytest.fixture(scope="module")
 def target(tmp_path_factory):
     path = tmp_path_factory.mktemp("gguf") / "tiny.gguf"
-    write_tiny_gguf(path, hidden=32, layers=2, seed=3)
+    write_tiny_gguf(path, hidden=32, layers=2, heads=1, kv_heads=1, seed=3)
     t = GGUFTarget(path, n_ctx=96, n_threads=1)
+    assert t.batch_invariant
     yield t
     t.close()
 
@@ -89,14 +90,19 @@ def test_greedy_output_equals_llama_cpp_greedy_with_rejections_and_cuts(target, 
 
 
 @pytest.fixture(scope="module")
-def q41_target(tmp_path_factory):
+def q41_path(tmp_path_factory):
     """Weights in Q4_1, as the default target's, head size 64: llama.cpp's CPU kernels then
     compute a row alike whatever else its batch holds (float32 matrices take another matmul
     path for a batch, and differ in the last bits)."""
     path = tmp_path_factory.mktemp("gguf") / "tiny-q4_1.gguf"
     write_tiny_gguf(path, hidden=64, heads=1, kv_heads=1, ff=128, seed=3,
                     qtype=gguf.GGMLQuantizationType.Q4_1)
-    t = GGUFTarget(path, n_ctx=96, n_threads=1)
+    return path
+
+
+@pytest.fixture(scope="module")
+def q41_target(q41_path):
+    t = GGUFTarget(q41_path, n_ctx=96, n_threads=1)
     yield t
     t.close()
 
@@ -104,9 +110,7 @@ def q41_target(tmp_path_factory):
 def test_a_rounds_rows_are_bit_for_bit_one_token_decodes_after_rollbacks(q41_target):
     """Rounds of 1-5 rows, some of whose drafts are rejected and dropped from the cache: every
     kept row's logits equal, bit for bit, those of llama.cpp decoding one token at a time (the
-    positions, the cache and the rollback are right; stronger than an equal argmax). Holds
-    while the cache is under 256 cells; past them llama.cpp's one-row attention splits the
-    cache across threads (docs/benchmark.md, llama.cpp)."""
+    positions, the cache and the rollback are right; stronger than an equal argmax)."""
     target = q41_target
     prompt, n = PROMPTS[2], 40
     seq, rows = list(prompt), [target.prefill(prompt)]
@@ -128,6 +132,33 @@ def test_a_rounds_rows_are_bit_for_bit_one_token_decodes_after_rollbacks(q41_tar
         assert np.array_equal(got[:n_ok + 1], want), pos
         target.keep(pos + n_ok)
         pos += n_ok + 1
+
+
+@pytest.mark.parametrize("cached", [200, 300, 600, 1000])
+def test_a_rows_logits_do_not_depend_on_its_batch_at_any_cache_length(q41_path, cached):
+    """Two threads, past 256 and 512 cache cells: five tokens decoded one llama_decode each
+    and the same five in one decode give the same bits under the target's cache (flash
+    attention on, keys in Q8_0); with llama.cpp's default cache they differ from 257 cells on
+    (a lone row's attention split over the threads: GGUFTarget's docstring)."""
+    diffs = {}
+    for invariant in (True, False):
+        t = GGUFTarget(q41_path, n_ctx=1100, n_threads=2, batch_invariant=invariant)
+        toks = np.random.default_rng(cached).integers(0, t.vocab_size, cached + 5).tolist()
+        t.prefill(toks[:cached])
+        lone = np.vstack([t.step([x]) for x in toks[cached:]])
+        t.keep(cached)
+        diffs[invariant] = np.abs(lone - t.step(toks[cached:])).max()
+        t.close()
+    assert diffs[True] == 0
+    assert (diffs[False] > 0) == (cached > 256), diffs
+
+
+def test_a_head_size_q8_0_cannot_hold_gets_llama_cpps_default_cache(tmp_path):
+    path = tmp_path / "heads-of-8.gguf"
+    write_tiny_gguf(path, hidden=32, layers=1, heads=4, kv_heads=4, seed=3)
+    t = GGUFTarget(path, n_ctx=64, n_threads=1)
+    assert not t.batch_invariant and t.prefill([1, 2, 3]).shape == (t.vocab_size,)
+    t.close()
 
 
 def test_rounds_without_a_draft_are_plain_steps(target):
