@@ -9,7 +9,7 @@ import os
 import time
 from pathlib import Path
 
-from spec_adapters.app.args import file_arg, floats_arg, folder_arg, int_arg, names_arg
+from spec_adapters.app.args import floats_arg, folder_arg, int_arg, names_arg
 from spec_adapters.app.bench.config import PRESETS, BenchConfig
 from spec_adapters.app.bench.llamacpp import CPP_TOOLS, METHODS, LlamaCppBenchConfig
 from spec_adapters.app.bench.records import SettingsMismatchError
@@ -18,6 +18,7 @@ from spec_adapters.app.cli.common import (
     add_command,
     add_size_options,
     add_workload_option,
+    gguf_of,
     pool_config,
     prepared_domains,
     require_router_package,
@@ -90,9 +91,6 @@ def add_bench(sub) -> None:
     s.add_argument("--methods", type=names_arg(METHODS), default=None,
                    help=f"--engine llamacpp: some of {','.join(METHODS)} (default all; plain "
                         "needed)")
-    s.add_argument("--gguf", type=file_arg, default=None,
-                   help="--engine llamacpp: the GGUF file (default: the shipped default "
-                        "target's, as is)")
     s.add_argument("--llama-cpp-bin", type=Path, default=None,
                    help="--engine llamacpp: the folder of llama.cpp's llama-completion and "
                         "llama-lookup (default <cache-dir>/llama.cpp, where `make "
@@ -162,7 +160,6 @@ def _bench_llamacpp(args: argparse.Namespace) -> int:
     from spec_adapters.app.domains import chat_ids
     from spec_adapters.app.pool.cache import load_pool
     from spec_adapters.app.pool.point_pool import point_pool
-    from spec_adapters.hf.models import find_default_gguf
     from spec_adapters.vllm.target_pool import loaded_target_id
 
     cfg = LlamaCppBenchConfig()
@@ -186,14 +183,16 @@ def _bench_llamacpp(args: argparse.Namespace) -> int:
         raise UserError(str(err)) from None
     model, tok, domains = target_and_domains(args)
     requests = workload_of(args, domains)  # refused before the pool is built
+    settings = pool_config(args).ngram
     load_pool(model, tok, args.cache_dir, pool_config(args), domains=domains)  # built once
     folder = Path(args.cache_dir) / "pool" / loaded_target_id(model, tok)
     prompts = [(q.qid, q.domain, chat_ids(tok, q.prompt).tolist())
                for q in mixed_stream(requests, cfg.queries_per_domain, cfg.seed)]
     out = Path(args.out or "results/bench-llamacpp" + workload_suffix(args))
     try:
-        summary = run_llamacpp_bench(Path(args.gguf or find_default_gguf()), prompts,
-                                     lambda vocab: point_pool(folder, vocab), cfg, out, cpp_bin)
+        summary = run_llamacpp_bench(gguf_of(args), prompts,
+                                     lambda vocab: point_pool(folder, vocab, settings), cfg, out,
+                                     cpp_bin)
     except SettingsMismatchError as err:
         raise UserError(str(err)) from None
     print(tables_llamacpp(summary))

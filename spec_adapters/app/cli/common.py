@@ -23,9 +23,9 @@ from spec_adapters.vllm.pool_settings import NGramPoolSettings
 
 __all__ = ["MAX_SEED", "MAX_THREADS", "UserError", "add_cache_options", "add_command",
            "add_pool_options", "add_size_options", "add_target_options",
-           "add_workload_option", "pool_config", "prepared_domains", "require_router_package",
-           "setup_threads", "target_and_domains", "target_from_args", "workload_of",
-           "workload_suffix"]
+           "add_workload_option", "gguf_of", "pool_config", "prepared_domains",
+           "require_router_package", "setup_threads", "target_and_domains", "target_from_args",
+           "workload_of", "workload_suffix"]
 
 # torch spawns every requested thread: 100000 of them exhaust memory and crash the process
 MAX_THREADS = 4 * (os.cpu_count() or 1)
@@ -112,6 +112,36 @@ def target_from_args(args: argparse.Namespace, install: bool = False):
     _log(f"target {model.config.name_or_path or args.target} loaded in "
          f"{time.perf_counter() - t:.1f} s")
     return model, tok
+
+
+def gguf_of(args: argparse.Namespace):
+    """The GGUF file the llama.cpp engine decodes: ``--target`` when it is one (the same flag
+    as every engine's), else the shipped default target's.
+
+    Raises
+    ------
+    UserError
+        ``--target`` does not exist, is a transformers folder (llama.cpp reads GGUF files
+        only) or a file that is not GGUF.
+    """
+    from pathlib import Path
+
+    from spec_adapters.hf.models import find_default_gguf
+    from spec_adapters.llamacpp.target import GGUF_MAGIC
+
+    if args.target is None:
+        return find_default_gguf()
+    path = Path(args.target)
+    if not path.exists():
+        raise UserError(f"--target {path} does not exist")
+    if path.is_dir():
+        raise UserError(f"--engine llamacpp decodes a GGUF file; --target {path} is a "
+                        "transformers folder: pass the model's .gguf")
+    with path.open("rb") as f:
+        if f.read(4) != GGUF_MAGIC:
+            raise UserError(f"--engine llamacpp decodes a GGUF file; --target {path} is not "
+                            "one (no GGUF magic at its start)")
+    return path
 
 
 def pool_config(args: argparse.Namespace, **extra) -> PoolConfig:

@@ -7,11 +7,12 @@ import argparse
 import sys
 from pathlib import Path
 
-from spec_adapters.app.args import file_arg, float_arg, int_arg
+from spec_adapters.app.args import float_arg, int_arg
 from spec_adapters.app.cli.common import (
     MAX_SEED,
     UserError,
     add_command,
+    gguf_of,
     pool_config,
     setup_threads,
     target_from_args,
@@ -70,10 +71,8 @@ def add_generate(sub) -> None:
     s.add_argument("--engine", choices=ENGINES, default="transformers",
                    help="transformers (default): the target in torch; llamacpp: the GGUF in "
                         "llama.cpp (the model-free pool: prompt lookup, suffix, the n-gram "
-                        "specialists; a full-information policy)")
-    s.add_argument("--gguf", type=file_arg, default=None,
-                   help="--engine llamacpp: the GGUF file (default: the shipped default "
-                        "target's, as is)")
+                        "specialists; a full-information policy), --target then a .gguf "
+                        "file, decoded as is")
 
 
 class _ChunkPrinter:
@@ -160,15 +159,15 @@ def cmd_generate(args: argparse.Namespace) -> int:
 
 def llamacpp_decoder(args: argparse.Namespace, model, tok) -> tuple:
     """The llama.cpp decoder of ``hedgespec generate --engine llamacpp`` and its drafter
-    names: the GGUF (``--gguf``, default the shipped one) over prompt lookup (n = 1..4), the
-    suffix drafter and the cached pool's n-gram drafters (read as point masses)."""
+    names: the GGUF (``--target``, default the shipped one) over prompt lookup (n = 1..4), the
+    suffix drafter and the cached pool's n-gram drafters of ``args``' pool settings (read as
+    point masses)."""
     from spec_adapters.app.pool.point_pool import point_pool
-    from spec_adapters.hf.models import find_default_gguf
     from spec_adapters.llamacpp import GGUFTarget, LlamaCppDecoder
     from spec_adapters.vllm.target_pool import loaded_target_id
 
-    target = GGUFTarget(args.gguf or find_default_gguf(), n_threads=args.threads or 2)
+    target = GGUFTarget(gguf_of(args), n_threads=args.threads or 2)
     pool = point_pool(Path(args.cache_dir) / "pool" / loaded_target_id(model, tok),
-                      target.vocab_size)
+                      target.vocab_size, pool_config(args).ngram)
     dec = LlamaCppDecoder(target, pool, draft_length=args.draft_length, policy=args.policy)
     return dec, dec.names

@@ -66,7 +66,7 @@ COMMAND_TEXTS: dict[str, tuple[str, str]] = {
         "coloured (or prefixed with [drafter]) by the drafter chosen for that round."),
     "serve": (
         "an OpenAI-compatible server speculating with HedgeSpec (vLLM, or llama.cpp)",
-        "--engine llamacpp: serves the GGUF (--gguf, default the shipped one) in llama.cpp on "
+        "--engine llamacpp: serves the GGUF (--target, default the shipped one) in llama.cpp on "
         "127.0.0.1 (/v1/completions, /v1/chat/completions, streaming, /stats: per-drafter "
         "telemetry), the model-free pool chosen per round by --policy, requests one at a time "
         "(spec_adapters/app/serve_llamacpp.py). --engine vllm (default): starts vLLM's "

@@ -12,7 +12,6 @@ from pathlib import Path
 from spec_adapters.app.args import (
     comma_list,
     distinct_list,
-    file_arg,
     float_arg,
     folder_arg,
     int_arg,
@@ -25,6 +24,7 @@ from spec_adapters.app.cli.common import (
     add_command,
     add_size_options,
     add_workload_option,
+    gguf_of,
     prepared_domains,
     target_from_args,
     workload_of,
@@ -59,10 +59,8 @@ def add_serve(sub) -> None:
                         "and the share of steps it drafted (spec_adapters/vllm/telemetry.py)")
     s.add_argument("--engine", choices=ENGINES, default="vllm",
                    help="vllm (default): vLLM's server with the HedgeSpec proposer; llamacpp: "
-                        "this project's server over the GGUF in llama.cpp")
-    s.add_argument("--gguf", type=file_arg, default=None,
-                   help="--engine llamacpp: the GGUF file (default: the shipped default "
-                        "target's, as is)")
+                        "this project's server over the GGUF in llama.cpp (--target then a "
+                        ".gguf file, decoded as is)")
     s.add_argument("vllm_args", nargs=argparse.REMAINDER, help="-- then vLLM server options")
 
 
@@ -160,7 +158,6 @@ def serve_llamacpp(args: argparse.Namespace) -> int:
 
     from spec_adapters.app.pool.point_pool import point_pool
     from spec_adapters.app.serve_llamacpp import LlamaCppServer
-    from spec_adapters.hf.models import find_default_gguf
     from spec_adapters.llamacpp import GGUFTarget, LlamaCppDecoder
     from spec_adapters.vllm.target_pool import loaded_target_id
 
@@ -168,11 +165,12 @@ def serve_llamacpp(args: argparse.Namespace) -> int:
     if extra:
         raise UserError(f"options after -- are vLLM's; --engine llamacpp takes none "
                         f"({' '.join(extra)})")
+    gguf = gguf_of(args)
     model, tok = target_from_args(args)  # the pool's key: the target the GGUF holds
     folder = Path(args.cache_dir) / "pool" / loaded_target_id(model, tok)
     del model
     try:
-        target = GGUFTarget(args.gguf or find_default_gguf(), n_ctx=2048,
+        target = GGUFTarget(gguf, n_ctx=2048,
                             n_threads=args.threads or min(2, os.cpu_count() or 1))
         decoder = LlamaCppDecoder(target, point_pool(folder, target.vocab_size),
                                   draft_length=args.k or DEFAULT_K,

@@ -7,16 +7,18 @@ from __future__ import annotations
 from pathlib import Path
 
 from spec_adapters.selection import PointDrafter, PromptLookup, SuffixDraft
+from spec_adapters.vllm.pool_settings import NGramPoolSettings
 
 __all__ = ["PROMPT_LOOKUP_SIZES", "point_pool"]
 
 PROMPT_LOOKUP_SIZES = (1, 2, 3, 4)
 
 
-def point_pool(folder: str | Path, vocab_size: int) -> list[PointDrafter]:
+def point_pool(folder: str | Path, vocab_size: int,
+               settings: NGramPoolSettings | None = None) -> list[PointDrafter]:
     """Prompt lookup (:data:`PROMPT_LOOKUP_SIZES`), the suffix drafter, then the n-gram drafters
     of the pool ``folder`` (``<cache>/pool/<target id>``, built by ``hedgespec demo`` /
-    ``train-drafters``).
+    ``train-drafters``) built with ``settings`` (default: ``train-drafters``' defaults).
 
     Raises
     ------
@@ -26,4 +28,4 @@ def point_pool(folder: str | Path, vocab_size: int) -> list[PointDrafter]:
     from spec_adapters.vllm.drafters import load_pool_folder
 
     return [*(PromptLookup(n) for n in PROMPT_LOOKUP_SIZES), SuffixDraft(),
-            *load_pool_folder(folder, vocab_size)]
+            *load_pool_folder(folder, vocab_size, settings)]

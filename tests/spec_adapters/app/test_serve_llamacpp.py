@@ -158,12 +158,17 @@ def test_parse_request_defaults_follow_openai():
         parse_request({"prompt": "x", "top_p": 0}, chat=False, model="m")
 
 
-def test_the_command_refuses_vllm_options_and_a_missing_gguf_in_one_line(tmp_path, capsys):
+def test_the_command_refuses_vllm_options_and_a_target_llama_cpp_cannot_read(tmp_path, capsys):
+    """One flag for the model in every engine: --target, which llama.cpp must read as GGUF."""
     from spec_adapters.app.cli import main
 
     assert main(["serve", "--engine", "llamacpp", "--", "--enforce-eager"]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "--engine llamacpp takes none (--enforce-eager)" in err
-    with pytest.raises(SystemExit):
-        main(["serve", "--engine", "llamacpp", "--gguf", str(tmp_path / "none.gguf")])
-    assert "none.gguf" in capsys.readouterr().err
+    (tmp_path / "notes.gguf").write_text("not a model")
+    for target, why in ((tmp_path / "none.gguf", "none.gguf does not exist"),
+                        (tmp_path, "is a transformers folder: pass the model's .gguf"),
+                        (tmp_path / "notes.gguf", "notes.gguf is not one (no GGUF magic")):
+        assert main(["serve", "--engine", "llamacpp", "--target", str(target)]) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and why in err, err

@@ -1,0 +1,38 @@
+"""One flag for the model in every engine: ``hedgespec generate --engine llamacpp --target
+FILE.gguf`` decodes that GGUF (not the shipped one) over a pool built for it with the options
+given (``--distilled-tokens 0``), and its greedy text is llama.cpp's own greedy decoding of the
+same file."""
+
+from __future__ import annotations
+
+import gguf
+import pytest
+
+from spec_adapters.app.cli import main
+from spec_adapters.llamacpp.tiny_gguf import write_tiny_gguf
+from tests.spec_adapters.app.cli.tiny_cli import DOMS, tiny_world
+
+pytestmark = pytest.mark.usefixtures("llama_cpp_decodes")
+
+
+def test_generate_decodes_the_target_gguf_over_its_own_pool(tmp_path_factory, capsys):
+    from spec_adapters.llamacpp import GGUFTarget, plain_generate
+
+    root, _folder = tiny_world(tmp_path_factory, "llamacpp-target")
+    path = root / "tiny.gguf"
+    write_tiny_gguf(path, hidden=64, heads=1, kv_heads=1, ff=128, seed=5,
+                    qtype=gguf.GGMLQuantizationType.Q4_1)
+    argv = ["generate", "--engine", "llamacpp", "--target", str(path), "--cache-dir",
+            str(root / "cache"), "--threads", "1", "--domains", DOMS, "--max-train-tokens",
+            "2000", "--distilled-tokens", "0", "--prompt", "hello", "--max-new-tokens", "12",
+            "--colour", "never"]
+    assert main(argv) == 0
+    out, err = capsys.readouterr()
+    assert "tokens in" in err and "Traceback" not in err
+    target = GGUFTarget(path, n_ctx=256, n_threads=1)
+    ids = target.tokenize(target.chat_prompt([{"role": "user", "content": "hello"}]),
+                          add_special=False)
+    want = target.detokenize(plain_generate(target, ids, 12))
+    target.close()
+    shown = "".join(part.split("]", 1)[1] for part in out.strip("\n").split("[") if "]" in part)
+    assert shown == want
