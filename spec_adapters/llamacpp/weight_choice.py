@@ -1,0 +1,91 @@
+"""Which weight type makes HedgeSpec fastest on this machine, within a quality budget.
+
+In llama.cpp the weight type sets both the price of a plain step and what each extra row of a
+speculative round adds (docs/benchmark.md, "What a row costs, per weight type"): on the 2-core
+AVX2 EPYC the shipped Q4_1 SmolLM2 decodes 1 / 2 / 5 rows in 9.1 / 15.0 / 31.4 ms, its Q4_K_M
+re-quantization in 9.6 / 13.6 / 26.7 ms. For each candidate type ``t`` the engine's own decode
+of ``n = 1 .. K + 1`` rows is timed here (:meth:`~spec_adapters.llamacpp.GGUFTarget.row_prices`,
+``T_t(n)``); with a per-position acceptance ``alpha`` of the drafts (the probability that a
+drafted token is accepted given the ones before it were), a ``k``-token draft yields
+``1 + alpha + ... + alpha^k`` tokens a round, so HedgeSpec's seconds per token at its best
+fixed length are predicted as
+
+.. math:: s_t = \\min_{k = 0..K} \\frac{T_t(k + 1)\\,(1 - \\alpha)}{1 - \\alpha^{k + 1}}
+
+(``k = 0``: plain decoding). Re-quantizing changes the model (see
+:mod:`spec_adapters.llamacpp.quantize`): a type is a candidate only if its perplexity on
+held-out text is within ``budget`` of the source file's. Chosen: the candidate with the least
+``s_t``. The prediction prices rows and nothing else (no per-round overhead, the learner's
+choice per round instead of one fixed length); ``hedgespec bench --engine llamacpp --target``
+measures the chosen file against plain decoding of the same file.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+__all__ = ["ALPHA", "BUDGET", "Candidate", "choose", "seconds_per_token"]
+
+# per-position acceptance of the model-free pool's drafts on the held-out chat stream (SmolLM2,
+# greedy, 128 tokens: docs/benchmark.md "What a row costs, per weight type")
+ALPHA = 0.5
+BUDGET = 0.05  # a type may raise held-out perplexity by 5 % at most
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """One weight type, measured: ``row_seconds`` for ``1 .. K + 1`` rows, held-out
+    ``perplexity``, and (:func:`choose`) the predicted ``seconds_per_token`` at ``best_k``
+    and whether it is ``within_budget``."""
+
+    name: str
+    row_seconds: tuple[float, ...]
+    perplexity: float
+    seconds_per_token: float = float("nan")
+    best_k: int = 0
+    within_budget: bool = False
+
+
+def seconds_per_token(row_seconds: Sequence[float], alpha: float) -> tuple[float, int]:
+    """``(s, k)``: the least predicted seconds per token (module docstring) and the draft
+    length that reaches it, from ``row_seconds`` of ``1 .. K + 1`` rows.
+
+    Raises
+    ------
+    ValueError
+        ``alpha`` outside [0, 1), no row price, or a price that is not finite and positive.
+    """
+    t = np.asarray(row_seconds, np.float64)
+    if not 0.0 <= alpha < 1.0:
+        raise ValueError(f"alpha must be in [0, 1), got {alpha!r}")
+    if t.ndim != 1 or not t.size or not np.isfinite(t).all() or (t <= 0).any():
+        raise ValueError(f"row_seconds must be finite seconds > 0, got {t.tolist()}")
+    tokens = (1 - alpha ** np.arange(1, t.size + 1)) / (1 - alpha)  # 1 + alpha + ... alpha^k
+    per = t / tokens
+    k = int(np.argmin(per))
+    return float(per[k]), k
+
+
+def choose(candidates: Sequence[Candidate], reference_perplexity: float,
+           alpha: float = ALPHA, budget: float = BUDGET) -> tuple[Candidate, list[Candidate]]:
+    """The fastest candidate within the budget, and every candidate with its prediction.
+
+    Raises
+    ------
+    ValueError
+        No candidate within ``budget`` of ``reference_perplexity`` (the source file itself,
+        measured as a candidate, always is).
+    """
+    scored = []
+    for c in candidates:
+        s, k = seconds_per_token(c.row_seconds, alpha)
+        ok = c.perplexity <= (1 + budget) * reference_perplexity
+        scored.append(Candidate(c.name, tuple(c.row_seconds), c.perplexity, s, k, ok))
+    allowed = [c for c in scored if c.within_budget]
+    if not allowed:
+        raise ValueError(f"no weight type within {budget:.0%} of the reference perplexity "
+                         f"{reference_perplexity:.2f}: measure the source file too")
+    return min(allowed, key=lambda c: c.seconds_per_token), scored

@@ -1,0 +1,92 @@
+"""Another weight type for a GGUF (llama.cpp's quantizer, written whole or not at all), the
+perplexity it costs (the equation, by hand), and the choice of the type HedgeSpec is fastest
+on (the prediction by hand, the quality budget)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from spec_adapters.llamacpp.quantize import perplexity, quantize
+from spec_adapters.llamacpp.target import GGUFTarget
+from spec_adapters.llamacpp.tiny_gguf import write_tiny_gguf
+from spec_adapters.llamacpp.weight_choice import Candidate, choose, seconds_per_token
+
+pytestmark = pytest.mark.usefixtures("llama_cpp_decodes")
+
+
+@pytest.fixture(scope="module")
+def f32_path(tmp_path_factory):
+    path = tmp_path_factory.mktemp("gguf") / "tiny-f32.gguf"
+    write_tiny_gguf(path, hidden=64, heads=1, kv_heads=1, ff=128, seed=7)
+    return path
+
+
+@pytest.mark.parametrize("weight_type", ["Q8_0", "Q4_0"])
+def test_a_quantized_file_loads_and_decodes_close_to_its_source(f32_path, tmp_path,
+                                                                weight_type):
+    dest = quantize(f32_path, tmp_path / f"tiny.{weight_type}.gguf", weight_type, threads=1)
+    assert dest.stat().st_size < f32_path.stat().st_size
+    assert [p.name for p in tmp_path.iterdir()] == [dest.name]  # no temporary left
+    rows = {}
+    for path in (f32_path, dest):
+        t = GGUFTarget(path, n_ctx=64, n_threads=1)
+        rows[path] = t.prefill([5, 70, 71, 72])
+        t.close()
+    a, b = rows[f32_path], rows[dest]
+    assert not np.array_equal(a, b)  # another model ...
+    assert np.corrcoef(a, b)[0, 1] > 0.9  # ... close to its source
+
+
+def test_a_failed_quantization_names_the_problem_and_leaves_nothing(tmp_path, f32_path):
+    junk = tmp_path / "junk.gguf"
+    junk.write_bytes(b"GGUF but nothing else")
+    with pytest.raises(ValueError, match="could not quantize"):
+        quantize(junk, tmp_path / "out.gguf", "Q8_0", threads=1)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["junk.gguf"]
+    with pytest.raises(ValueError, match="unknown weight type 'Q3'"):
+        quantize(f32_path, tmp_path / "out.gguf", "Q3")
+    with pytest.raises(ValueError, match="does not exist"):
+        quantize(tmp_path / "none.gguf", tmp_path / "out.gguf", "Q8_0")
+
+
+def test_perplexity_is_the_exp_of_the_mean_next_token_loss(f32_path):
+    t = GGUFTarget(f32_path, n_ctx=64, n_threads=1)
+    texts = [[5, 70, 71, 72, 5, 70, 71], [100, 101, 102]]
+    nll = []
+    for text in texts:
+        t.reset()
+        logits = t.step(text).astype(np.float64)
+        logp = logits - np.log(np.exp(logits - logits.max(1, keepdims=True)).sum(1,
+                                      keepdims=True)) - logits.max(1, keepdims=True)
+        nll += [-logp[j, text[j + 1]] for j in range(len(text) - 1)]
+    assert perplexity(t, texts, window=16) == pytest.approx(np.exp(np.mean(nll)), rel=1e-9)
+    with pytest.raises(ValueError, match="two tokens or more"):
+        perplexity(t, [[3]])
+    t.close()
+
+
+def test_the_predicted_seconds_per_token_by_hand():
+    # alpha 0.5: k tokens drafted yield 1, 1.5, 1.75 tokens a round
+    s, k = seconds_per_token([0.010, 0.013, 0.020], 0.5)
+    assert k == 1 and s == pytest.approx(0.013 / 1.5)
+    assert seconds_per_token([0.010, 0.020, 0.030], 0.5) == (0.010, 0)  # rows too dear
+    assert seconds_per_token([0.010, 0.020], 0.0) == (0.010, 0)
+    for bad in ([], [0.01, float("nan")], [0.0]):
+        with pytest.raises(ValueError, match="row_seconds"):
+            seconds_per_token(bad, 0.5)
+    with pytest.raises(ValueError, match="alpha"):
+        seconds_per_token([0.01], 1.0)
+
+
+def test_the_choice_is_the_fastest_type_within_the_quality_budget():
+    source = Candidate("source", (0.010, 0.016, 0.022), 20.0)
+    cheap_rows = Candidate("Q4_K_M", (0.011, 0.013, 0.016), 20.8)   # +4 %: a candidate
+    fastest = Candidate("Q4_0", (0.008, 0.010, 0.012), 24.0)        # +20 %: not one
+    chosen, scored = choose([source, cheap_rows, fastest], 20.0, alpha=0.5, budget=0.05)
+    assert chosen.name == "Q4_K_M" and chosen.best_k == 1  # 13 ms / 1.5 < 16 ms / 1.75
+    assert [c.within_budget for c in scored] == [True, True, False]
+    assert choose([source, cheap_rows, fastest], 20.0, 0.5, budget=0.25)[0].name == "Q4_0"
+    assert choose([source, cheap_rows], 20.0, alpha=0.0)[0].name == "source"  # nothing pays
+    with pytest.raises(ValueError, match="no weight type within"):
+        choose([fastest], 20.0)
