@@ -79,7 +79,7 @@ __all__ = ["LlamaCppDecoder", "LlamaOutput", "plain_generate"]
 class LlamaOutput:
     """``tokens``: the generated tokens (prompt excluded); ``stats``: ``target_calls``,
     ``new_tokens``, ``mean_accepted_tokens``, per round ``chosen`` / ``lengths`` /
-    ``accepted`` (a round that drafts nothing keeps the learner's drafter in ``chosen``),
+    ``accepted`` (a round the learner does not play reports its last drafter in ``chosen``),
     seconds per part (``prefill``, ``target``: the rounds' decodes, ``draft``, ``select``,
     ``update``), ``non_target_share`` (the share of the whole that is not a
     ``llama_decode``), ``row_ms`` (a decode of ``1 .. K + 1`` rows, as priced at load), and
@@ -163,6 +163,7 @@ class LlamaCppDecoder:
         for n, sec in enumerate(row_seconds, 1):
             self.costs.observe_target(n, sec)
         self.stream_book = AcceptanceBook(len(self.drafters), draft_length)
+        self._gain_key, self._gain = None, None  # _gains' last answer and what it read
         self.carry_state, self.prior_rounds, self.probe = carry_state, prior_rounds, float(probe)
 
     def generate(self, prompt: Sequence[int], max_new_tokens: int = 128,
@@ -189,28 +190,34 @@ class LlamaCppDecoder:
         secs = dict.fromkeys(("prefill", "target", "draft", "select", "update"), 0.0)
         rounds: dict[str, list[int]] = {"chosen": [], "lengths": [], "accepted": []}
         counterfactual, evaluated = np.zeros(len(self.drafters)), 0
+        i = 0  # the drafter reported for a round that is not played: the last one played
+        weights = None if on_round is None else \
+            self.policy.weights.reshape(len(self.drafters), -1).sum(1)
         start_all = time.perf_counter()
         pending = self.target.prefill(seq)  # the next token's logits while its input is cached
         secs["prefill"] = time.perf_counter() - start_all
         done = len(seq) >= limit
         while not done:
             t0 = time.perf_counter()
-            weights = None if on_round is None else \
-                self.policy.weights.reshape(len(self.drafters), -1).sum(1)
-            rid, e = self.policy.play(rng)                                  # 1 select
-            i, k = expert_of(e, self.K)
-            gain = self._gains(request)
-            if gain is None:  # nothing scored yet: a plain step, scored
-                k, evaluate = 0, True
-            else:
-                k, evaluate = paying_k(gain[i], k), gain.max() > 0 or rng.random() < self.probe
-            k = min(k, limit - len(seq) - 1)
+            gain = self._gains(request)                                       # 1 select
+            # a round is played (and scored) unless no draft pays, then on a probe share only:
+            # an unplayed round is a plain step and costs the learner nothing
+            evaluate = gain is None or gain.max() > 0 or rng.random() < self.probe
+            k = 0
+            if evaluate:
+                if on_round is not None:
+                    weights = self.policy.weights.reshape(len(self.drafters), -1).sum(1)
+                rid, e = self.policy.play(rng)
+                i, k = expert_of(e, self.K)
+                k = 0 if gain is None else paying_k(gain[i], k)  # nothing scored yet: k = 0
+                k = min(k, limit - len(seq) - 1)
             t1 = time.perf_counter()
-            history = np.asarray(seq, np.int64)                               # 2 draft
-            drafts = np.full((len(self.drafters), self.K), -1, np.int64)
-            for j, d in enumerate(self.drafters if evaluate else ()):
-                got = d.draft(history, self.K)
-                drafts[j, :len(got)] = got
+            drafts = np.full((len(self.drafters), self.K), -1, np.int64)      # 2 draft
+            if evaluate:
+                history = np.asarray(seq, np.int64)
+                for j, d in enumerate(self.drafters):
+                    got = d.draft(history, self.K)
+                    drafts[j, :len(got)] = got
             draft = [int(t) for t in drafts[i, :k] if t >= 0]
             t2 = time.perf_counter()
             if pending is None:                                               # 3 verify
@@ -236,8 +243,6 @@ class LlamaCppDecoder:
             done = eog is not None or len(seq) + len(new) >= limit
             if evaluate:                                                      # 4 evaluate
                 book.open(rid, len(seq), drafts)
-            else:
-                self.policy.censor(rid)
             seq += new
             book.record(new)
             for w in book.pop_completed():                                    # 5 update
@@ -287,14 +292,19 @@ class LlamaCppDecoder:
         """Every expert's expected gain in seconds over a plain step
         (:func:`~spec_adapters.selection.abstention.expected_gains`), what a round drafting
         ``d`` tokens adds being ``T(1 + d) - T(1)`` (never negative, never falling with
-        ``d``); ``None`` before any round is scored."""
-        est = request.estimate(self.stream_book, self.prior_rounds)
-        if est is None:
-            return None
-        curve = self.costs.target_curve()
-        extra = np.maximum.accumulate(np.maximum(curve - curve[0], 0.0))
-        tau = self.costs.time_per_token or float(self.costs.round_costs()[0, 0])
-        return expected_gains(*est, tau, extra)
+        ``d``); ``None`` before any round is scored. Recomputed when a round is scored (the
+        prices and ``tau`` it reads move slowly), so an abstaining stream pays nothing for
+        it."""
+        key = (id(request), request.rounds, self.stream_book.rounds)
+        if key != self._gain_key:
+            self._gain_key, self._gain = key, None
+            est = request.estimate(self.stream_book, self.prior_rounds)
+            if est is not None:
+                curve = self.costs.target_curve()
+                extra = np.maximum.accumulate(np.maximum(curve - curve[0], 0.0))
+                tau = self.costs.time_per_token or float(self.costs.round_costs()[0, 0])
+                self._gain = expected_gains(*est, tau, extra)
+        return self._gain
 
     def _check_prompt(self, prompt: Sequence[int]) -> list[int]:
         seq = [int(t) for t in prompt]

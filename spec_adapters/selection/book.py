@@ -164,6 +164,10 @@ class RoundBook:
         ``None``: everywhere, marks where each drafter would have drafted at all)."""
         tokens = np.asarray(tokens, np.int64).reshape(-1)
         m = tokens.size
+        if gamma is None and not self.open_rounds:  # no round reads them (a new round starts
+            self.end += m                           # at or after the end): nothing to keep
+            self._live = self.end
+            return
         if gamma is None:
             gamma = rho = np.full((self.n, m), np.nan)  # no statistics: drafts score rounds
         gamma, rho = _float64(gamma), _float64(rho)

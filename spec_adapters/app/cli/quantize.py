@@ -17,7 +17,7 @@ from spec_adapters.app.cli.common import (
 )
 from spec_adapters.app.log import log as _log
 
-__all__ = ["add_quantize", "choose_gguf", "held_out_texts"]
+__all__ = ["add_quantize", "choose_gguf", "held_out_texts", "print_choice"]
 
 
 def add_quantize(sub) -> None:
@@ -115,10 +115,17 @@ def cmd_quantize(args: argparse.Namespace) -> int:
     reader.close()
     path, chosen, scored = choose_gguf(source, Path(args.cache_dir), texts, types,
                                        args.draft_length, threads, args.alpha, args.budget)
+    print_choice(source, path, chosen, scored, args.alpha, args.budget)
+    return 0
+
+
+def print_choice(source: Path, path: Path, chosen, scored: list, alpha: float, budget: float
+                 ) -> None:
+    """The candidates' table, the choice and why, then the chosen file's path."""
     ref = scored[0].perplexity
     print(f"{source.name}: predicted HedgeSpec ms per token at per-position acceptance "
-          f"{args.alpha} (K = {args.draft_length}), held-out perplexity "
-          f"(within {args.budget:.0%} of {ref:.2f} to be a candidate)")
+          f"{alpha} (K = {len(scored[0].row_seconds) - 1}), held-out perplexity "
+          f"(within {budget:.0%} of {ref:.2f} to be a candidate)")
     print("| type | ms, 1 row | ms, 2 rows | ms per token | best k | perplexity | candidate |")
     print("|---|---:|---:|---:|---:|---:|---|")
     for c in scored:
@@ -129,4 +136,3 @@ def cmd_quantize(args: argparse.Namespace) -> int:
         f"{chosen.name}, re-quantized: a different model (perplexity {chosen.perplexity:.2f})"
     print(f"chosen: {why}, predicted {1e3 * chosen.seconds_per_token:.1f} ms per token against "
           f"{1e3 * scored[0].seconds_per_token:.1f} for the source\n{path}")
-    return 0

@@ -191,8 +191,10 @@ def test_demo_prints_the_comparison_table(tiny, tmp_path, capsys):
     rc = main(["demo", *_args(tiny, "--max-train-tokens", "2000"), "--max-new-tokens", "6",
                "--out", str(tmp_path / "demo"), "--no-vllm"])
     assert rc == 0
-    out = capsys.readouterr().out
+    cap = capsys.readouterr()
+    out = cap.out
     assert "inside vLLM" not in out and not (tmp_path / "demo" / "vllm").exists()
+    assert "llama.cpp is skipped: it decodes GGUF files" in cap.err
     for label in ("target alone", "HF prompt lookup", "generalist", "EXP3Spec",
                   "HedgeSpec (NormalHedge)", "HedgeSpec cost-aware", "hindsight oracle"):
         assert label in out
