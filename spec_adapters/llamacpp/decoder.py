@@ -82,7 +82,9 @@ class LlamaOutput:
     ``accepted`` (a round the learner does not play reports its last drafter in ``chosen``),
     seconds per part (``prefill``, ``target``: the rounds' decodes, ``draft``, ``select``,
     ``update``), ``non_target_share`` (the share of the whole that is not a
-    ``llama_decode``), ``row_ms`` (a decode of ``1 .. K + 1`` rows, as priced at load), and
+    ``llama_decode``), ``row_ms`` (a decode of ``1 .. K + 1`` rows, as priced at load),
+    ``rows_invariant`` (the target's rows alone = batched, checked at load for rounds of up to
+    ``K + 1`` rows: greedy output is then llama.cpp's one-token greedy output), and
     per drafter ``counterfactual_accepted``: the mean tokens its
     ``K``-token draft would have had accepted over the ``evaluated_rounds`` (its draft scored
     against the verified tokens whether or not it drafted: which drafter to keep or train)."""
@@ -285,6 +287,8 @@ class LlamaCppDecoder:
                      1.0 - (secs["target"] + secs["prefill"]) / total if total else 0.0,
                  "evaluated_rounds": evaluated,
                  "row_ms": (1e3 * self.row_seconds).round(3).tolist(),
+                 "rows_invariant": self.target.rows_invariant
+                 and self.target.round_rows >= self.K + 1,
                  "counterfactual_accepted": (counterfactual / max(evaluated, 1)).tolist()}
         return LlamaOutput(produced, stats)
 

@@ -16,6 +16,7 @@ speed comparison is against plain decoding *of the same file*.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 from collections.abc import Sequence
 from pathlib import Path
@@ -25,7 +26,7 @@ import numpy as np
 from spec_adapters.llamacpp.cpu_backend import llama_cpp_module
 from spec_adapters.llamacpp.target import GGUFTarget
 
-__all__ = ["WEIGHT_TYPES", "perplexity", "quantize"]
+__all__ = ["WEIGHT_TYPES", "perplexity", "quantize", "source_of"]
 
 # the types a user meets, as llama-quantize names them -> llama.cpp's file type constant
 WEIGHT_TYPES = {
@@ -42,7 +43,8 @@ def quantize(source: str | os.PathLike, dest: str | os.PathLike, weight_type: st
     """Write ``source`` (a GGUF) as ``dest`` in ``weight_type`` (a key of
     :data:`WEIGHT_TYPES`), re-quantizing already quantized weights (allowed: see the module
     docstring). Written beside ``dest`` and renamed into place: ``dest`` is complete or
-    absent.
+    absent. A sidecar ``<dest>.json`` names the source (:func:`source_of`): the same
+    tokenizer, so the same drafter pool.
 
     Raises
     ------
@@ -67,10 +69,23 @@ def quantize(source: str | os.PathLike, dest: str | os.PathLike, weight_type: st
         if rc != 0:
             raise ValueError(f"llama.cpp could not quantize {source} to {weight_type} ({rc})")
         tmp.replace(dest)
+        dest.with_name(dest.name + ".json").write_text(json.dumps(
+            {"source": str(source.resolve()), "weight_type": weight_type}))
     finally:
         with contextlib.suppress(FileNotFoundError):
             tmp.unlink()
     return dest
+
+
+def source_of(path: str | os.PathLike) -> Path | None:
+    """The GGUF that :func:`quantize` wrote ``path`` from (its sidecar), ``None`` for a file it
+    did not write or whose source is gone."""
+    sidecar = Path(path).with_name(Path(path).name + ".json")
+    try:
+        source = Path(json.loads(sidecar.read_text())["source"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    return source if source.is_file() else None
 
 
 def perplexity(target: GGUFTarget, texts: Sequence[Sequence[int]], window: int = 256

@@ -60,10 +60,26 @@ class GGUFTarget:
         llama.cpp's default (an F16 cache, flash attention "auto"), whose rows past 256
         cells depend on the rows beside them. A model whose head size Q8_0 cannot hold (not
         a multiple of 32) gets the default; :attr:`batch_invariant` says which it got.
-    repack : bool, default True
-        Let llama.cpp repack the weights into its CPU layouts for batched rows (Q4_0, Q4_K,
-        IQ4_NL on AVX2 / AVX-512: ``use_extra_bufts``, its default); ``False`` keeps the file's
-        layout (what a row costs either way: ``benchmarks/llamacpp_types.py``).
+    repack : bool, optional
+        Whether llama.cpp repacks the weights into its CPU layouts for batched rows (Q4_0,
+        Q4_K, IQ4_NL on AVX2 / AVX-512: ``use_extra_bufts``, llama.cpp's default). Default
+        (``None``): repacked unless a row's logits then depend on the rows beside it and the
+        file's own layout makes them agree (measured at load: Q4_K_M's repacked kernel for
+        several rows differs from its one-row kernel; IQ4_NL's file layout reaches
+        llamafile's batched kernel, its repacked one does not).
+
+    round_rows : int, default 5
+        The most rows one ``llama_decode`` of a round holds (``K + 1``): the batches of ``2 ..
+        round_rows`` rows that are checked at load.
+
+    Attributes
+    ----------
+    rows_invariant : bool
+        Measured at load: a row decoded alone and the same row in a batch of up to
+        ``round_rows`` give the same bits (so HedgeSpec's greedy text is llama.cpp's one-token
+        greedy text). False for float
+        weights (F16, BF16: llamafile's tiled matmul for a batch, a dot product for one row)
+        and without :attr:`batch_invariant`.
 
     Raises
     ------
@@ -72,29 +88,45 @@ class GGUFTarget:
     """
 
     def __init__(self, path, n_ctx: int = 2048, n_threads: int = 2,
-                 batch_invariant: bool = True, repack: bool = True) -> None:
+                 batch_invariant: bool = True, repack: bool | None = None,
+                 round_rows: int = 5) -> None:
         path = Path(path)
         if not path.is_file():
             raise ValueError(f"GGUF file {path} does not exist")
         with path.open("rb") as f:
             if f.read(4) != GGUF_MAGIC:
                 raise ValueError(f"{path} is not a GGUF file (no GGUF magic at its start)")
-        lc = self._lc = llama_cpp_module()
-        lc.llama_backend_init()
+        self._lc = llama_cpp_module()
+        self._lc.llama_backend_init()
+        self.path, self._ctx, self.round_rows = path, None, int(round_rows)
+        args = (int(n_ctx), int(n_threads), bool(batch_invariant))
+        self._load(*args, repack=repack is not False)
+        self.rows_invariant = self.batch_invariant and self._rows_agree(self.round_rows)
+        if repack is None and self.batch_invariant and not self.rows_invariant:
+            self.close()  # the repacked layout's batched kernel: try the file's own layout
+            self._load(*args, repack=False)
+            self.rows_invariant = self._rows_agree(self.round_rows)
+            if not self.rows_invariant:  # neither (a float type): keep the faster layout
+                self.close()
+                self._load(*args, repack=True)
+
+    def _load(self, n_ctx: int, n_threads: int, batch_invariant: bool, repack: bool) -> None:
+        """Load the model (``repack``: llama.cpp's repacked layouts) and its context."""
+        lc = self._lc
         mparams = lc.llama_model_default_params()
         mparams.n_gpu_layers = 0  # the CPU, as llama-cpp-python's Llama loads it by default
-        mparams.use_extra_bufts = bool(repack)
-        self._model = lc.llama_model_load_from_file(str(path).encode(), mparams)
+        mparams.use_extra_bufts = repack
+        self._model = lc.llama_model_load_from_file(str(self.path).encode(), mparams)
         if not self._model:
-            raise ValueError(f"llama.cpp could not load {path}")
+            raise ValueError(f"llama.cpp could not load {self.path}")
         # batches of 512 (as llama-cpp-python's Llama): llama.cpp's floats, so its greedy
         # output, depend on these and on the cache's types
         cparams = lc.llama_context_default_params()
-        cparams.n_ctx = int(n_ctx)
-        cparams.n_batch = cparams.n_ubatch = min(int(n_ctx), 512)
-        cparams.n_threads = cparams.n_threads_batch = int(n_threads)
+        cparams.n_ctx = n_ctx
+        cparams.n_batch = cparams.n_ubatch = min(n_ctx, 512)
+        cparams.n_threads = cparams.n_threads_batch = n_threads
         cparams.no_perf = True
-        self._ctx, self.batch_invariant = None, bool(batch_invariant)
+        self.batch_invariant, self.repack = batch_invariant, repack
         if batch_invariant:
             default = (cparams.flash_attn_type, cparams.type_k, cparams.type_v)
             cparams.flash_attn_type = lc.LLAMA_FLASH_ATTN_TYPE_ENABLED
@@ -107,14 +139,31 @@ class GGUFTarget:
             self._ctx = lc.llama_init_from_model(self._model, cparams)
         if not self._ctx:
             lc.llama_model_free(self._model)
-            raise ValueError(f"llama.cpp could not create a context for {path}")
+            raise ValueError(f"llama.cpp could not create a context for {self.path}")
         self._vocab = lc.llama_model_get_vocab(self._model)
-        self.path = path
         self.vocab_size = int(lc.llama_vocab_n_tokens(self._vocab))
         self.n_ctx = int(lc.llama_n_ctx(self._ctx))  # llama.cpp may round the request up
         self.n_batch = int(lc.llama_n_batch(self._ctx))
         self._batch = lc.llama_batch_init(self.n_ctx, 0, 1)
         self.n_cached = 0  # tokens in the key-value cache (positions 0 .. n_cached - 1)
+
+    def _rows_agree(self, rows: int, context: int = 16) -> bool:
+        """Whether every batch of ``2 .. rows`` tokens gives the same bits as the same tokens
+        decoded one ``llama_decode`` each (the weights' matmul kernels for one row and for
+        several agree: a repacked layout takes its batched kernel for blocks of 4 rows, and
+        from 8 rows K-quants take another; the cache's attention is made alike by
+        :data:`INVARIANT_CACHE`). Leaves the cache empty."""
+        if self.n_ctx < context + rows:
+            return False
+        tokens = np.random.default_rng(0).integers(0, self.vocab_size, context + rows).tolist()
+        self.prefill(tokens[:context])
+        lone = np.vstack([self.step([t]) for t in tokens[context:]])
+        agree = True
+        for n in range(2, rows + 1):
+            self.keep(context)
+            agree = agree and np.array_equal(lone[:n], self.step(tokens[context:context + n]))
+        self.reset()
+        return bool(agree)
 
     # ------------------------------------------------------------------ decoding
     def reset(self) -> None:

@@ -14,10 +14,13 @@ fixed length are predicted as
 
 (``k = 0``: plain decoding). Re-quantizing changes the model (see
 :mod:`spec_adapters.llamacpp.quantize`): a type is a candidate only if its perplexity on
-held-out text is within ``budget`` of the source file's. Chosen: the candidate with the least
-``s_t``. The prediction prices rows and nothing else (no per-round overhead, the learner's
-choice per round instead of one fixed length); ``hedgespec bench --engine llamacpp --target``
-measures the chosen file against plain decoding of the same file.
+held-out text is within ``budget`` of the source file's, and if a row's logits do not depend
+on the rows decoded beside it (:attr:`~spec_adapters.llamacpp.GGUFTarget.rows_invariant`:
+else HedgeSpec's greedy text could differ from llama.cpp's one-token decoding; F16 and BF16
+fail it, llamafile's tiled matmul summing a batch in another order). Chosen: the candidate
+with the least ``s_t``. The prediction prices rows and nothing else (no per-round overhead,
+the learner's choice per round instead of one fixed length); ``hedgespec bench --engine
+llamacpp --target`` measures the chosen file against plain decoding of the same file.
 """
 
 from __future__ import annotations
@@ -38,12 +41,13 @@ BUDGET = 0.05  # a type may raise held-out perplexity by 5 % at most
 @dataclass(frozen=True)
 class Candidate:
     """One weight type, measured: ``row_seconds`` for ``1 .. K + 1`` rows, held-out
-    ``perplexity``, and (:func:`choose`) the predicted ``seconds_per_token`` at ``best_k``
-    and whether it is ``within_budget``."""
+    ``perplexity``, whether its rows are ``lossless`` (alone = batched), and (:func:`choose`)
+    the predicted ``seconds_per_token`` at ``best_k`` and whether it is ``within_budget``."""
 
     name: str
     row_seconds: tuple[float, ...]
     perplexity: float
+    lossless: bool = True
     seconds_per_token: float = float("nan")
     best_k: int = 0
     within_budget: bool = False
@@ -71,21 +75,22 @@ def seconds_per_token(row_seconds: Sequence[float], alpha: float) -> tuple[float
 
 def choose(candidates: Sequence[Candidate], reference_perplexity: float,
            alpha: float = ALPHA, budget: float = BUDGET) -> tuple[Candidate, list[Candidate]]:
-    """The fastest candidate within the budget, and every candidate with its prediction.
+    """The fastest lossless candidate within the budget, and every candidate with its
+    prediction.
 
     Raises
     ------
     ValueError
-        No candidate within ``budget`` of ``reference_perplexity`` (the source file itself,
-        measured as a candidate, always is).
+        No lossless candidate within ``budget`` of ``reference_perplexity``.
     """
     scored = []
     for c in candidates:
         s, k = seconds_per_token(c.row_seconds, alpha)
         ok = c.perplexity <= (1 + budget) * reference_perplexity
-        scored.append(Candidate(c.name, tuple(c.row_seconds), c.perplexity, s, k, ok))
-    allowed = [c for c in scored if c.within_budget]
+        scored.append(Candidate(c.name, tuple(c.row_seconds), c.perplexity, c.lossless, s, k,
+                                ok))
+    allowed = [c for c in scored if c.within_budget and c.lossless]
     if not allowed:
         raise ValueError(f"no weight type within {budget:.0%} of the reference perplexity "
-                         f"{reference_perplexity:.2f}: measure the source file too")
+                         f"{reference_perplexity:.2f} whose rows do not depend on their batch")
     return min(allowed, key=lambda c: c.seconds_per_token), scored

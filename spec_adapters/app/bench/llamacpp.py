@@ -210,7 +210,8 @@ def run_llamacpp_bench(gguf: Path, prompts: Sequence[tuple[str, str, list[int]]]
     check_settings(out, {"llamacpp": asdict(cfg), "gguf": str(Path(gguf).resolve()),
                          "prompts": [qid for qid, _d, _ids in prompts]})
     records = CellRecords(out / "records.jsonl")
-    target = GGUFTarget(gguf, n_ctx=cfg.n_ctx, n_threads=cfg.threads)
+    target = GGUFTarget(gguf, n_ctx=cfg.n_ctx, n_threads=cfg.threads,
+                        round_rows=cfg.draft_length + 1)
     llms = _llama_cpp_python(gguf, cfg)
     texts = [target.detokenize(ids, special=True) for _q, _d, ids in prompts]
     warm_ids = target.tokenize("<|im_start|>user\nSay hello.<|im_end|>\n<|im_start|>assistant\n")

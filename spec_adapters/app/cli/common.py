@@ -11,6 +11,7 @@ import os
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 from spec_adapters.app.args import comma_list, folder_arg, int_arg
 from spec_adapters.app.bench.workloads import WORKLOADS, workload_domains
@@ -67,7 +68,9 @@ def _install_wheel(spec: str) -> None:
 
 def target_from_args(args: argparse.Namespace, install: bool = False):
     """Load the target and tokenizer named by ``args.target`` (``args.dtype`` and
-    ``args.device`` when the command has them).
+    ``args.device`` when the command has them). With ``--engine llamacpp`` a GGUF that
+    ``hedgespec quantize`` wrote is read through the file it was written from: the same
+    tokenizer and drafter pool (llama.cpp decodes the written file itself: :func:`gguf_of`).
 
     Parameters
     ----------
@@ -86,8 +89,15 @@ def target_from_args(args: argparse.Namespace, install: bool = False):
         The target is missing or does not load (one line naming the path and the error).
     """
     from spec_adapters.hf.models import DEFAULT_GGUF_WHEEL, find_default_gguf, load_target
+    from spec_adapters.llamacpp.quantize import source_of
 
-    if args.target is None:
+    target = args.target
+    if getattr(args, "engine", None) == "llamacpp" and target is not None \
+            and source_of(target) is not None:  # `hedgespec quantize` wrote it: same tokens
+        target = str(source_of(target))
+        _log(f"{Path(args.target).name} was written from {Path(target).name} by hedgespec "
+             "quantize: its tokenizer and drafter pool are that file's")
+    if target is None:
         try:
             find_default_gguf()
         except FileNotFoundError as err:
@@ -101,15 +111,15 @@ def target_from_args(args: argparse.Namespace, install: bool = False):
             import torch
 
             dtype = getattr(torch, dtype)
-        model, tok = load_target(args.target, args.cache_dir, dtype=dtype)
+        model, tok = load_target(target, args.cache_dir, dtype=dtype)
         if device is not None:
             model = model.to(device)
     except FileNotFoundError as err:
         raise UserError(str(err)) from None
     except Exception as err:  # transformers / gguf raise anything on a bad file: name the path
-        raise UserError(f"cannot load the target {args.target or 'default'}: "
+        raise UserError(f"cannot load the target {target or 'default'}: "
                         f"{_one_line(err)}") from None
-    _log(f"target {model.config.name_or_path or args.target} loaded in "
+    _log(f"target {model.config.name_or_path or target} loaded in "
          f"{time.perf_counter() - t:.1f} s")
     return model, tok
 
@@ -124,8 +134,6 @@ def gguf_of(args: argparse.Namespace):
         ``--target`` does not exist, is a transformers folder (llama.cpp reads GGUF files
         only) or a file that is not GGUF.
     """
-    from pathlib import Path
-
     from spec_adapters.hf.models import find_default_gguf
     from spec_adapters.llamacpp.target import GGUF_MAGIC
 

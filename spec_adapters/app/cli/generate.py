@@ -166,7 +166,8 @@ def llamacpp_decoder(args: argparse.Namespace, model, tok) -> tuple:
     from spec_adapters.llamacpp import GGUFTarget, LlamaCppDecoder
     from spec_adapters.vllm.target_pool import loaded_target_id
 
-    target = GGUFTarget(gguf_of(args), n_threads=args.threads or 2)
+    target = GGUFTarget(gguf_of(args), n_threads=args.threads or 2,
+                        round_rows=args.draft_length + 1)
     pool = point_pool(Path(args.cache_dir) / "pool" / loaded_target_id(model, tok),
                       target.vocab_size, pool_config(args).ngram)
     dec = LlamaCppDecoder(target, pool, draft_length=args.draft_length, policy=args.policy)

@@ -63,22 +63,24 @@ def choose_gguf(source: Path, cache_dir: Path, texts: list[list[int]], types: li
     (:func:`~spec_adapters.llamacpp.weight_choice.choose`). The choice is kept in
     ``<cache>/gguf-types/<source>.choice.json``."""
     from spec_adapters.llamacpp import GGUFTarget
-    from spec_adapters.llamacpp.quantize import perplexity, quantize
+    from spec_adapters.llamacpp.quantize import perplexity, quantize, source_of
     from spec_adapters.llamacpp.weight_choice import Candidate, choose
 
     folder = Path(cache_dir) / "gguf-types"
     paths = {"source": source, **{t: folder / f"{source.stem}.{t}.gguf" for t in types}}
     measured = []
     for name, path in paths.items():
-        if not path.exists():
+        if name != "source" and source_of(path) != source.resolve():  # not written from it
             _log(f"writing {path.name} ({name})")
             quantize(source, path, name, threads=threads)
-        target = GGUFTarget(path, n_ctx=512, n_threads=threads)
+        target = GGUFTarget(path, n_ctx=512, n_threads=threads, round_rows=draft_length + 1)
         rows = target.row_prices(draft_length + 1, context=300)
-        measured.append(Candidate(name, tuple(rows), perplexity(target, texts)))
+        measured.append(Candidate(name, tuple(rows), perplexity(target, texts),
+                                  lossless=target.rows_invariant))
         target.close()
         _log(f"{name}: {' / '.join(f'{1e3 * s:.1f}' for s in rows)} ms for 1..{len(rows)} "
-             f"rows, perplexity {measured[-1].perplexity:.2f}")
+             f"rows, perplexity {measured[-1].perplexity:.2f}, rows alone = batched: "
+             f"{measured[-1].lossless}")
     chosen, scored = choose(measured, measured[0].perplexity, alpha, budget)
     (folder / f"{source.stem}.choice.json").write_text(json.dumps(
         {"source": str(source), "chosen": chosen.name, "path": str(paths[chosen.name]),
@@ -129,9 +131,11 @@ def print_choice(source: Path, path: Path, chosen, scored: list, alpha: float, b
     print("| type | ms, 1 row | ms, 2 rows | ms per token | best k | perplexity | candidate |")
     print("|---|---:|---:|---:|---:|---:|---|")
     for c in scored:
+        why = "yes" if c.within_budget and c.lossless else "no: " + " and ".join(
+            w for w, bad in (("quality", not c.within_budget),
+                             ("a row depends on its batch", not c.lossless)) if bad)
         print(f"| {c.name} | {1e3 * c.row_seconds[0]:.1f} | {1e3 * c.row_seconds[1]:.1f} | "
-              f"{1e3 * c.seconds_per_token:.1f} | {c.best_k} | {c.perplexity:.2f} | "
-              f"{'yes' if c.within_budget else 'no: quality'} |")
+              f"{1e3 * c.seconds_per_token:.1f} | {c.best_k} | {c.perplexity:.2f} | {why} |")
     why = "the source file itself" if chosen.name == "source" else \
         f"{chosen.name}, re-quantized: a different model (perplexity {chosen.perplexity:.2f})"
     print(f"chosen: {why}, predicted {1e3 * chosen.seconds_per_token:.1f} ms per token against "

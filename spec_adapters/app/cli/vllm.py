@@ -170,7 +170,7 @@ def serve_llamacpp(args: argparse.Namespace) -> int:
     folder = Path(args.cache_dir) / "pool" / loaded_target_id(model, tok)
     del model
     try:
-        target = GGUFTarget(gguf, n_ctx=2048,
+        target = GGUFTarget(gguf, n_ctx=2048, round_rows=(args.k or DEFAULT_K) + 1,
                             n_threads=args.threads or min(2, os.cpu_count() or 1))
         decoder = LlamaCppDecoder(target, point_pool(folder, target.vocab_size),
                                   draft_length=args.k or DEFAULT_K,

@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from spec_adapters.llamacpp.quantize import perplexity, quantize
+from spec_adapters.llamacpp.quantize import perplexity, quantize, source_of
 from spec_adapters.llamacpp.target import GGUFTarget
 from spec_adapters.llamacpp.tiny_gguf import write_tiny_gguf
 from spec_adapters.llamacpp.weight_choice import Candidate, choose, seconds_per_token
@@ -27,7 +27,9 @@ def test_a_quantized_file_loads_and_decodes_close_to_its_source(f32_path, tmp_pa
                                                                 weight_type):
     dest = quantize(f32_path, tmp_path / f"tiny.{weight_type}.gguf", weight_type, threads=1)
     assert dest.stat().st_size < f32_path.stat().st_size
-    assert [p.name for p in tmp_path.iterdir()] == [dest.name]  # no temporary left
+    # no temporary left; the sidecar names the source (its tokenizer, its drafter pool)
+    assert sorted(p.name for p in tmp_path.iterdir()) == [dest.name, dest.name + ".json"]
+    assert source_of(dest) == f32_path.resolve() and source_of(f32_path) is None
     rows = {}
     for path in (f32_path, dest):
         t = GGUFTarget(path, n_ctx=64, n_threads=1)
@@ -90,3 +92,25 @@ def test_the_choice_is_the_fastest_type_within_the_quality_budget():
     assert choose([source, cheap_rows], 20.0, alpha=0.0)[0].name == "source"  # nothing pays
     with pytest.raises(ValueError, match="no weight type within"):
         choose([fastest], 20.0)
+
+
+def test_a_type_whose_rows_depend_on_their_batch_is_not_a_candidate():
+    source = Candidate("source", (0.010, 0.016, 0.022), 20.0)
+    floats = Candidate("F16", (0.009, 0.010, 0.011), 19.0, lossless=False)
+    chosen, scored = choose([source, floats], 20.0, alpha=0.5)
+    assert chosen.name == "source" and not scored[1].lossless
+    with pytest.raises(ValueError, match="do not depend on their batch"):
+        choose([floats], 20.0)
+
+
+def test_rows_alone_and_batched_are_checked_at_load(f32_path, tmp_path):
+    """A quantized file's rows agree alone and in a batch of up to round_rows; float32 weights
+    take llamafile's tiled matmul for a batch (another summation order) and do not."""
+    q4 = quantize(f32_path, tmp_path / "tiny.Q4_0.gguf", "Q4_0", threads=1)
+    for path, invariant in ((q4, True), (f32_path, False)):
+        t = GGUFTarget(path, n_ctx=64, n_threads=1, round_rows=5)
+        assert t.rows_invariant is invariant and t.n_cached == 0
+        t.close()
+    t = GGUFTarget(q4, n_ctx=64, n_threads=1, batch_invariant=False)
+    assert not t.rows_invariant  # not checked without the invariant cache
+    t.close()

@@ -61,6 +61,13 @@ def test_quantize_measures_each_type_and_keeps_one(world, capsys):
     assert out[-1] == choice["path"] and (root / "cache" / "gguf-types" / "tiny.Q4_0.gguf"
                                           ).exists()
     assert {c["name"] for c in choice["candidates"]} == {"source", "Q8_0", "Q4_0"}
+    # the written file decodes over its source's pool (same tokenizer): no pool of its own
+    written = root / "cache" / "gguf-types" / "tiny.Q4_0.gguf"
+    assert main(["generate", "--engine", "llamacpp", "--target", str(written), "--cache-dir",
+                 str(root / "cache"), "--threads", "1", "--domains", DOMS, "--max-train-tokens",
+                 "2000", "--distilled-tokens", "0", "--prompt", "hello", "--max-new-tokens",
+                 "6", "--colour", "never", "--no-build"]) == 0
+    assert "its tokenizer and drafter pool are that file's" in capsys.readouterr().err
     assert main([*argv, "--types", "Q8_0,Q3"]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "--types: unknown Q3" in err
