@@ -26,7 +26,7 @@ import numpy as np
 from spec_adapters.llamacpp.cpu_backend import llama_cpp_module
 from spec_adapters.llamacpp.target import GGUFTarget
 
-__all__ = ["WEIGHT_TYPES", "perplexity", "quantize", "source_of"]
+__all__ = ["WEIGHT_TYPES", "perplexity", "quantize", "source_of", "weight_type_of"]
 
 # the types a user meets, as llama-quantize names them -> llama.cpp's file type constant
 WEIGHT_TYPES = {
@@ -75,6 +75,19 @@ def quantize(source: str | os.PathLike, dest: str | os.PathLike, weight_type: st
         with contextlib.suppress(FileNotFoundError):
             tmp.unlink()
     return dest
+
+
+def weight_type_of(path: str | os.PathLike) -> str | None:
+    """The file's weight type (its ``general.file_type``) as a key of :data:`WEIGHT_TYPES`;
+    ``None`` when it is another or unrecorded."""
+    import gguf
+
+    field = gguf.GGUFReader(str(path)).fields.get("general.file_type")
+    if field is None:
+        return None
+    code = int(field.parts[field.data[0]][0])
+    lc = llama_cpp_module()
+    return next((t for t, name in WEIGHT_TYPES.items() if getattr(lc, name) == code), None)
 
 
 def source_of(path: str | os.PathLike) -> Path | None:

@@ -18,7 +18,9 @@ held-out text is within ``budget`` of the source file's, and if a row's logits d
 on the rows decoded beside it (:attr:`~spec_adapters.llamacpp.GGUFTarget.rows_invariant`:
 else HedgeSpec's greedy text could differ from llama.cpp's one-token decoding; F16 and BF16
 fail it, llamafile's tiled matmul summing a batch in another order). Chosen: the candidate
-with the least ``s_t``. The prediction prices rows and nothing else (no per-round overhead,
+with the least ``s_t``, if it beats the source file's by ``margin`` (5%: one timing of a few
+decodes per type is noisy by about that much; the source's own type is not re-written). The
+prediction prices rows and nothing else (no per-round overhead,
 the learner's choice per round instead of one fixed length); ``hedgespec bench --engine
 llamacpp --target`` measures the chosen file against plain decoding of the same file.
 """
@@ -30,12 +32,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
-__all__ = ["ALPHA", "BUDGET", "Candidate", "choose", "seconds_per_token"]
+__all__ = ["ALPHA", "BUDGET", "MARGIN", "Candidate", "choose", "seconds_per_token"]
 
 # per-position acceptance of the model-free pool's drafts on the held-out chat stream (SmolLM2,
 # greedy, 128 tokens: docs/benchmark.md "What a row costs, per weight type")
 ALPHA = 0.5
 BUDGET = 0.05  # a type may raise held-out perplexity by 5 % at most
+MARGIN = 0.05  # and must be predicted 5 % faster than the source
 
 
 @dataclass(frozen=True)
@@ -74,9 +77,11 @@ def seconds_per_token(row_seconds: Sequence[float], alpha: float) -> tuple[float
 
 
 def choose(candidates: Sequence[Candidate], reference_perplexity: float,
-           alpha: float = ALPHA, budget: float = BUDGET) -> tuple[Candidate, list[Candidate]]:
-    """The fastest lossless candidate within the budget, and every candidate with its
-    prediction.
+           alpha: float = ALPHA, budget: float = BUDGET, margin: float = MARGIN
+           ) -> tuple[Candidate, list[Candidate]]:
+    """The fastest lossless candidate within the budget where it is predicted ``margin``
+    faster than the first candidate (the source file), else the source; and every candidate
+    with its prediction.
 
     Raises
     ------
@@ -93,4 +98,8 @@ def choose(candidates: Sequence[Candidate], reference_perplexity: float,
     if not allowed:
         raise ValueError(f"no weight type within {budget:.0%} of the reference perplexity "
                          f"{reference_perplexity:.2f} whose rows do not depend on their batch")
-    return min(allowed, key=lambda c: c.seconds_per_token), scored
+    best = min(allowed, key=lambda c: c.seconds_per_token)
+    source = scored[0]
+    if source in allowed and best.seconds_per_token > (1 - margin) * source.seconds_per_token:
+        best = source
+    return best, scored

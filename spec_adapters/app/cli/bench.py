@@ -261,7 +261,7 @@ def _demo_llamacpp(args: argparse.Namespace, model, tok, domains: dict, out: Pat
     from spec_adapters.app.domains import chat_ids
     from spec_adapters.app.pool.point_pool import point_pool
     from spec_adapters.llamacpp import GGUFTarget
-    from spec_adapters.llamacpp.weight_choice import ALPHA, BUDGET
+    from spec_adapters.llamacpp.weight_choice import ALPHA, BUDGET, MARGIN
     from spec_adapters.vllm.target_pool import loaded_target_id
 
     if args.target is not None and Path(args.target).is_dir():
@@ -274,7 +274,7 @@ def _demo_llamacpp(args: argparse.Namespace, model, tok, domains: dict, out: Pat
     texts = held_out_texts(domains, reader.tokenize, 1000)
     reader.close()
     path, chosen, scored = choose_gguf(source, Path(args.cache_dir), texts, list(DEMO_TYPES),
-                                       cfg.draft_length, threads, ALPHA, BUDGET)
+                                       cfg.draft_length, threads, ALPHA, BUDGET, MARGIN)
     print()
     print_choice(source, path, chosen, scored, ALPHA, BUDGET)
     folder = Path(args.cache_dir) / "pool" / loaded_target_id(model, tok)

@@ -23,7 +23,7 @@ __all__ = ["add_quantize", "choose_gguf", "held_out_texts", "print_choice"]
 def add_quantize(sub) -> None:
     """``hedgespec quantize``."""
     from spec_adapters.llamacpp.quantize import WEIGHT_TYPES
-    from spec_adapters.llamacpp.weight_choice import ALPHA, BUDGET
+    from spec_adapters.llamacpp.weight_choice import ALPHA, BUDGET, MARGIN
 
     s = add_command(sub, "quantize", cmd_quantize)
     s.add_argument("--weight-type", default="auto",
@@ -37,6 +37,9 @@ def add_quantize(sub) -> None:
                         "(default %(default)s)")
     s.add_argument("--budget", type=float, default=BUDGET,
                    help="held-out perplexity a type may add, relative (default %(default)s)")
+    s.add_argument("--margin", type=float, default=MARGIN,
+                   help="how much faster than the source a type must be predicted, relative "
+                        "(default %(default)s: the timing's noise)")
     s.add_argument("--ppl-tokens", type=int_arg(64), default=2000,
                    help="held-out tokens each perplexity reads (default %(default)s)")
     s.add_argument("--draft-length", type=int_arg(1, 8), default=4, help="K (default 4)")
@@ -57,34 +60,45 @@ def held_out_texts(domains: Mapping, tokenize: Callable[[str], list[int]], max_t
 
 
 def choose_gguf(source: Path, cache_dir: Path, texts: list[list[int]], types: list[str],
-                draft_length: int, threads: int, alpha: float, budget: float) -> tuple:
+                draft_length: int, threads: int, alpha: float, budget: float,
+                margin: float) -> tuple:
     """Every type of ``types`` written from ``source`` (once, into ``<cache>/gguf-types``),
     timed and measured beside ``source`` itself; ``(chosen path, chosen, every candidate)``
     (:func:`~spec_adapters.llamacpp.weight_choice.choose`). The choice is kept in
     ``<cache>/gguf-types/<source>.choice.json``."""
     from spec_adapters.llamacpp import GGUFTarget
-    from spec_adapters.llamacpp.quantize import perplexity, quantize, source_of
+    from spec_adapters.llamacpp.quantize import (
+        perplexity,
+        quantize,
+        source_of,
+        weight_type_of,
+    )
     from spec_adapters.llamacpp.weight_choice import Candidate, choose
 
     folder = Path(cache_dir) / "gguf-types"
-    paths = {"source": source, **{t: folder / f"{source.stem}.{t}.gguf" for t in types}}
+    own = weight_type_of(source)
+    paths = {"source": source, **{t: folder / f"{source.stem}.{t}.gguf" for t in types
+                                  if t != own}}
     measured = []
+    warm = GGUFTarget(source, n_ctx=512, n_threads=threads)  # the first timing runs warm
+    warm.row_prices(draft_length + 1, context=300)
+    warm.close()
     for name, path in paths.items():
         if name != "source" and source_of(path) != source.resolve():  # not written from it
             _log(f"writing {path.name} ({name})")
             quantize(source, path, name, threads=threads)
         target = GGUFTarget(path, n_ctx=512, n_threads=threads, round_rows=draft_length + 1)
-        rows = target.row_prices(draft_length + 1, context=300)
+        rows = target.row_prices(draft_length + 1, context=300, repeats=9)
         measured.append(Candidate(name, tuple(rows), perplexity(target, texts),
                                   lossless=target.rows_invariant))
         target.close()
         _log(f"{name}: {' / '.join(f'{1e3 * s:.1f}' for s in rows)} ms for 1..{len(rows)} "
              f"rows, perplexity {measured[-1].perplexity:.2f}, rows alone = batched: "
              f"{measured[-1].lossless}")
-    chosen, scored = choose(measured, measured[0].perplexity, alpha, budget)
+    chosen, scored = choose(measured, measured[0].perplexity, alpha, budget, margin)
     (folder / f"{source.stem}.choice.json").write_text(json.dumps(
         {"source": str(source), "chosen": chosen.name, "path": str(paths[chosen.name]),
-         "alpha": alpha, "budget": budget,
+         "alpha": alpha, "budget": budget, "margin": margin,
          "candidates": [c.__dict__ for c in scored]}, indent=1))
     return paths[chosen.name], chosen, scored
 
@@ -107,16 +121,17 @@ def cmd_quantize(args: argparse.Namespace) -> int:
     unknown = [t for t in types if t not in WEIGHT_TYPES]
     if unknown:
         raise UserError(f"--types: unknown {', '.join(unknown)}; one of {', '.join(WEIGHT_TYPES)}")
-    if not 0 <= args.alpha < 1 or args.budget < 0:
-        raise UserError(f"--alpha must be in [0, 1) and --budget >= 0, got {args.alpha}, "
-                        f"{args.budget}")
+    if not 0 <= args.alpha < 1 or args.budget < 0 or not 0 <= args.margin < 1:
+        raise UserError(f"--alpha and --margin must be in [0, 1) and --budget >= 0, got "
+                        f"{args.alpha}, {args.margin}, {args.budget}")
     from spec_adapters.llamacpp import GGUFTarget
 
     reader = GGUFTarget(source, n_ctx=512, n_threads=threads)
     texts = held_out_texts(prepared_domains(args), reader.tokenize, args.ppl_tokens)
     reader.close()
     path, chosen, scored = choose_gguf(source, Path(args.cache_dir), texts, types,
-                                       args.draft_length, threads, args.alpha, args.budget)
+                                       args.draft_length, threads, args.alpha, args.budget,
+                                       args.margin)
     print_choice(source, path, chosen, scored, args.alpha, args.budget)
     return 0
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from spec_adapters.llamacpp.quantize import perplexity, quantize, source_of
+from spec_adapters.llamacpp.quantize import perplexity, quantize, source_of, weight_type_of
 from spec_adapters.llamacpp.target import GGUFTarget
 from spec_adapters.llamacpp.tiny_gguf import write_tiny_gguf
 from spec_adapters.llamacpp.weight_choice import Candidate, choose, seconds_per_token
@@ -30,6 +30,7 @@ def test_a_quantized_file_loads_and_decodes_close_to_its_source(f32_path, tmp_pa
     # no temporary left; the sidecar names the source (its tokenizer, its drafter pool)
     assert sorted(p.name for p in tmp_path.iterdir()) == [dest.name, dest.name + ".json"]
     assert source_of(dest) == f32_path.resolve() and source_of(f32_path) is None
+    assert weight_type_of(dest) == weight_type and weight_type_of(f32_path) is None  # F32
     rows = {}
     for path in (f32_path, dest):
         t = GGUFTarget(path, n_ctx=64, n_threads=1)
@@ -92,6 +93,10 @@ def test_the_choice_is_the_fastest_type_within_the_quality_budget():
     assert choose([source, cheap_rows], 20.0, alpha=0.0)[0].name == "source"  # nothing pays
     with pytest.raises(ValueError, match="no weight type within"):
         choose([fastest], 20.0)
+    # within the timing's noise of the source: the source itself, not another model
+    near = Candidate("Q8_0", (0.0098, 0.016, 0.022), 20.0)
+    assert choose([source, near], 20.0, alpha=0.5)[0].name == "source"
+    assert choose([source, near], 20.0, alpha=0.5, margin=0.0)[0].name == "Q8_0"
 
 
 def test_a_type_whose_rows_depend_on_their_batch_is_not_a_candidate():
