@@ -30,13 +30,18 @@ log = logging.getLogger(__name__)
 
 
 def new_cache(model):
-    """A fresh, empty ``DynamicCache`` for ``model``."""
+    """A fresh, empty ``DynamicCache`` for ``model``, recording its sliding-window layers'
+    past (Gemma-3, Mistral: a layer that kept only its last ``window`` positions could not
+    drop a rejected draft's rows once the window is full; :func:`crop_cache` trims it back)."""
     from transformers import DynamicCache
 
     try:
-        return DynamicCache(config=model.config)
+        cache = DynamicCache(config=model.config)
     except TypeError:  # older transformers: no config argument
         return DynamicCache()
+    if hasattr(cache, "activate_past_recording"):
+        cache.activate_past_recording()
+    return cache
 
 
 def cache_kwarg(model) -> str:
@@ -70,7 +75,8 @@ def cache_length(cache) -> int:
 
 
 def crop_cache(cache, length: int) -> None:
-    """Drop cache entries past ``length`` (a no-op when the cache is not longer).
+    """Drop cache entries past ``length``; a sliding-window layer recording its past
+    (:func:`new_cache`) is trimmed back to its window even when nothing is dropped.
 
     ``DynamicCache.crop`` takes a negative number of tokens to remove in transformers 5 (and
     also accepted that form before), so that is the form used.
@@ -78,6 +84,9 @@ def crop_cache(cache, length: int) -> None:
     extra = cache_length(cache) - length
     if extra > 0:
         cache.crop(-extra)
+    elif extra == 0 and any(getattr(layer, "record_past", False)
+                            for layer in getattr(cache, "layers", ())):
+        cache.crop(0)
 
 
 def output_vocab_size(model) -> int:
