@@ -90,6 +90,12 @@ BAD = {
               "--draft-length": _beyond(INT1, "-2"), "--preset": [("huge", "invalid choice")]},
     "demo": {"--queries-per-domain": _beyond(INT1, "0"), "--max-new-tokens": _beyond(INT1, "-1"),
              "--threads": _beyond(THREADS, "100000")},
+    "quantize": {"--alpha": _beyond("must be a finite number in [0.0, 0.999]", "1", "-0.1",
+                                    "nan"),
+                 "--budget": _beyond("must be a finite number >= 0.0", "-1"),
+                 "--margin": _beyond("must be a finite number in [0.0, 0.999]", "1"),
+                 "--ppl-tokens": _beyond("must be an integer >= 64", "10"),
+                 "--weight-type": [("Q3", "invalid choice")]},
 }
 BAD_CASES = [(command, option, value, message) for command, options in BAD.items()
              for option, cases in options.items() for value, message in cases]

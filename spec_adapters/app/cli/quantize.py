@@ -8,7 +8,7 @@ import json
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
-from spec_adapters.app.args import comma_list, int_arg
+from spec_adapters.app.args import comma_list, float_arg, int_arg
 from spec_adapters.app.cli.common import (
     UserError,
     add_command,
@@ -32,12 +32,12 @@ def add_quantize(sub) -> None:
                         "for HedgeSpec within the quality budget; or one type, written as is")
     s.add_argument("--types", type=comma_list, default=None,
                    help=f"auto's candidates (default all: {','.join(WEIGHT_TYPES)})")
-    s.add_argument("--alpha", type=float, default=ALPHA,
+    s.add_argument("--alpha", type=float_arg(0.0, 0.999), default=ALPHA,
                    help="per-position acceptance of the drafts the prediction assumes "
                         "(default %(default)s)")
-    s.add_argument("--budget", type=float, default=BUDGET,
+    s.add_argument("--budget", type=float_arg(0.0), default=BUDGET,
                    help="held-out perplexity a type may add, relative (default %(default)s)")
-    s.add_argument("--margin", type=float, default=MARGIN,
+    s.add_argument("--margin", type=float_arg(0.0, 0.999), default=MARGIN,
                    help="how much faster than the source a type must be predicted, relative "
                         "(default %(default)s: the timing's noise)")
     s.add_argument("--ppl-tokens", type=int_arg(64), default=2000,
@@ -121,9 +121,6 @@ def cmd_quantize(args: argparse.Namespace) -> int:
     unknown = [t for t in types if t not in WEIGHT_TYPES]
     if unknown:
         raise UserError(f"--types: unknown {', '.join(unknown)}; one of {', '.join(WEIGHT_TYPES)}")
-    if not 0 <= args.alpha < 1 or args.budget < 0 or not 0 <= args.margin < 1:
-        raise UserError(f"--alpha and --margin must be in [0, 1) and --budget >= 0, got "
-                        f"{args.alpha}, {args.margin}, {args.budget}")
     from spec_adapters.llamacpp import GGUFTarget
 
     reader = GGUFTarget(source, n_ctx=512, n_threads=threads)
