@@ -17,7 +17,6 @@ import json
 import os
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 ROWS = (1, 2, 3, 5, 9)
@@ -25,25 +24,12 @@ ROWS = (1, 2, 3, 5, 9)
 
 def time_rows(gguf: str, context: int, repeats: int, threads: int) -> dict[int, float]:
     """Median ms of one decode of each row count in :data:`ROWS` after ``context`` tokens."""
-    import numpy as np
-
     from spec_adapters.llamacpp.target import GGUFTarget
 
     target = GGUFTarget(gguf, n_ctx=context + 32, n_threads=threads)
-    high = min(target.vocab_size, 1000)  # ordinary tokens of any vocabulary
-    tokens = [int(t) for t in np.random.default_rng(0).integers(high // 10, high, context + 16)]
-    target.prefill(tokens[:context])
-    out = {}
-    for n in ROWS:
-        samples = []
-        for _ in range(repeats + 2):  # two warm-ups
-            t0 = time.perf_counter()
-            target.step(tokens[context:context + n])
-            samples.append(time.perf_counter() - t0)
-            target.keep(context)
-        out[n] = 1e3 * float(np.median(samples[2:]))
+    ms = 1e3 * target.row_prices(ROWS, context, repeats)
     target.close()
-    return out
+    return dict(zip(ROWS, ms.tolist(), strict=True))
 
 
 def main() -> None:

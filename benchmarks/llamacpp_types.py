@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import time
 from pathlib import Path
 
 ROWS = (1, 2, 3, 5, 9)
@@ -26,24 +25,12 @@ ROWS = (1, 2, 3, 5, 9)
 def time_rows(gguf: Path, context: int, repeats: int, threads: int, repack: bool
               ) -> dict[int, float]:
     """Median ms of one decode of each row count in :data:`ROWS` after ``context`` tokens."""
-    import numpy as np
-
     from spec_adapters.llamacpp.target import GGUFTarget
 
     target = GGUFTarget(gguf, n_ctx=context + 32, n_threads=threads, repack=repack)
-    tokens = np.random.default_rng(0).integers(100, 1000, context + 16).tolist()
-    target.prefill(tokens[:context])
-    out = {}
-    for n in ROWS:
-        samples = []
-        for _ in range(repeats + 2):  # two warm-ups
-            t0 = time.perf_counter()
-            target.step(tokens[context:context + n])
-            samples.append(time.perf_counter() - t0)
-            target.keep(context)
-        out[n] = 1e3 * float(np.median(samples[2:]))
+    ms = 1e3 * target.row_prices(ROWS, context, repeats)
     target.close()
-    return out
+    return dict(zip(ROWS, ms.tolist(), strict=True))
 
 
 def plot(records: list[dict], threads: int, context: int, path: Path) -> None:

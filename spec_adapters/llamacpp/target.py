@@ -190,27 +190,29 @@ class GGUFTarget:
         float32 (a copy)."""
         return self._decode(list(tokens), len(tokens))
 
-    def row_prices(self, max_rows: int, context: int = 64, repeats: int = 5) -> np.ndarray:
-        """Seconds of one :meth:`step` of ``1 .. max_rows`` rows (every row's logits, a
-        round's shape) after ``context`` cached tokens, the median of ``repeats`` (after one
-        warm-up); what a speculative round's rows cost on this machine, before any round is
-        played (``max_rows = K + 1``: ~1 s for the shipped 135M model). Leaves the cache
-        empty."""
-        if max_rows < 1 or context < 1 or repeats < 1:
-            raise ValueError(f"need max_rows, context and repeats >= 1, got {max_rows}, "
+    def row_prices(self, rows: int | Sequence[int], context: int = 64, repeats: int = 5
+                   ) -> np.ndarray:
+        """Seconds of one :meth:`step` of each row count of ``rows`` (an int ``n``: ``1 ..
+        n``; every row's logits, a round's shape) after ``context`` cached tokens, the median
+        of ``repeats`` (after one warm-up); what a speculative round's rows cost on this
+        machine, before any round is played (``rows = K + 1``: ~0.3 s for the shipped 135M
+        model). Leaves the cache empty."""
+        counts = list(range(1, rows + 1)) if isinstance(rows, int) else [int(n) for n in rows]
+        if not counts or min(counts) < 1 or context < 1 or repeats < 1:
+            raise ValueError(f"need row counts, context and repeats >= 1, got {rows}, "
                              f"{context}, {repeats}")
-        context = min(context, self.n_ctx - max_rows)
-        tokens = np.random.default_rng(0).integers(0, self.vocab_size, context + max_rows)
+        context = min(context, self.n_ctx - max(counts))
+        tokens = np.random.default_rng(0).integers(0, self.vocab_size, context + max(counts))
         self.prefill(tokens[:context].tolist())
-        out = np.empty(max_rows)
-        for n in range(1, max_rows + 1):
+        out = np.empty(len(counts))
+        for j, n in enumerate(counts):
             samples = []
             for _ in range(repeats + 1):
                 t0 = time.perf_counter()
                 self.step(tokens[context:context + n].tolist())
                 samples.append(time.perf_counter() - t0)
                 self.keep(context)
-            out[n - 1] = float(np.median(samples[1:]))
+            out[j] = float(np.median(samples[1:]))
         self.reset()
         return out
 

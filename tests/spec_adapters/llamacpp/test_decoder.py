@@ -204,6 +204,9 @@ def test_rows_are_priced_at_load_and_a_given_price_is_checked(target):
     price given instead must be K + 1 seconds."""
     prices = target.row_prices(3, context=8, repeats=2)
     assert prices.shape == (3,) and (prices > 0).all() and target.n_cached == 0
+    assert target.row_prices([1, 5], context=8, repeats=1).shape == (2,)
+    with pytest.raises(ValueError, match="need row counts"):
+        target.row_prices([0, 2])
     dec = LlamaCppDecoder(target, [PromptLookup(1)], draft_length=2)
     assert dec.row_seconds.shape == (3,) and (dec.row_seconds > 0).all()
     np.testing.assert_allclose(dec.costs.target_curve(), dec.row_seconds)
