@@ -124,10 +124,11 @@ def main() -> None:
     for r in records:
         if r["kind"] == "rows":
             ms = {int(k): v for k, v in r["ms"].items()}
+            quality = f"{ppl[r['type']]:.2f}" if r["type"] in ppl else "–"
             print(f"| {r['type']} | {r['threads']} | {'on' if r['repack'] else 'off'} | "
                   f"{r['context']} | " + " | ".join(f"{ms[n]:.1f}" for n in ROWS) +
                   f" | {ms[2] - ms[1]:.1f} | {(ms[5] - ms[1]) / 4:.1f} | "
-                  f"{ppl.get(r['type'], float('nan')):.2f} |")
+                  f"{quality} |")
     (args.out / "results.json").write_text(json.dumps(
         {"gguf": str(shipped), "rows": ROWS, "records": records}, indent=1))
     plot(records, max(threads), contexts[0], args.out / "rows.png")
