@@ -165,7 +165,6 @@ class LlamaCppDecoder:
         for n, sec in enumerate(row_seconds, 1):
             self.costs.observe_target(n, sec)
         self.stream_book = AcceptanceBook(len(self.drafters), draft_length)
-        self._gain_key, self._gain = None, None  # _gains' last answer and what it read
         self.carry_state, self.prior_rounds, self.probe = carry_state, prior_rounds, float(probe)
 
     def generate(self, prompt: Sequence[int], max_new_tokens: int = 128,
@@ -193,6 +192,7 @@ class LlamaCppDecoder:
         rounds: dict[str, list[int]] = {"chosen": [], "lengths": [], "accepted": []}
         counterfactual, evaluated = np.zeros(len(self.drafters)), 0
         i = 0  # the drafter reported for a round that is not played: the last one played
+        gain, rescore = None, True  # the expected gains, recomputed when a round is scored
         weights = None if on_round is None else \
             self.policy.weights.reshape(len(self.drafters), -1).sum(1)
         start_all = time.perf_counter()
@@ -201,7 +201,8 @@ class LlamaCppDecoder:
         done = len(seq) >= limit
         while not done:
             t0 = time.perf_counter()
-            gain = self._gains(request)                                       # 1 select
+            if rescore:                                                       # 1 select
+                gain, rescore = self._gains(request), False
             # a round is played (and scored) unless no draft pays, then on a probe share only:
             # an unplayed round is a plain step and costs the learner nothing
             evaluate = gain is None or gain.max() > 0 or rng.random() < self.probe
@@ -214,13 +215,14 @@ class LlamaCppDecoder:
                 k = 0 if gain is None else paying_k(gain[i], k)  # nothing scored yet: k = 0
                 k = min(k, limit - len(seq) - 1)
             t1 = time.perf_counter()
-            drafts = np.full((len(self.drafters), self.K), -1, np.int64)      # 2 draft
+            draft = []                                                        # 2 draft
             if evaluate:
                 history = np.asarray(seq, np.int64)
+                drafts = np.full((len(self.drafters), self.K), -1, np.int64)
                 for j, d in enumerate(self.drafters):
                     got = d.draft(history, self.K)
                     drafts[j, :len(got)] = got
-            draft = [int(t) for t in drafts[i, :k] if t >= 0]
+                draft = [int(t) for t in drafts[i, :k] if t >= 0]
             t2 = time.perf_counter()
             if pending is None:                                               # 3 verify
                 logits = self.target.step([seq[-1], *draft])
@@ -255,7 +257,7 @@ class LlamaCppDecoder:
                 request.add(accepted, drafted)
                 self.stream_book.add(accepted, drafted)
                 counterfactual += accepted[:, -1]
-                evaluated += 1
+                evaluated, rescore = evaluated + 1, True
             t4 = time.perf_counter()
             self.costs.observe_target(len(draft) + 1, t3 - t2)
             if draft:
@@ -296,19 +298,16 @@ class LlamaCppDecoder:
         """Every expert's expected gain in seconds over a plain step
         (:func:`~spec_adapters.selection.abstention.expected_gains`), what a round drafting
         ``d`` tokens adds being ``T(1 + d) - T(1)`` (never negative, never falling with
-        ``d``); ``None`` before any round is scored. Recomputed when a round is scored (the
-        prices and ``tau`` it reads move slowly), so an abstaining stream pays nothing for
-        it."""
-        key = (id(request), request.rounds, self.stream_book.rounds)
-        if key != self._gain_key:
-            self._gain_key, self._gain = key, None
-            est = request.estimate(self.stream_book, self.prior_rounds)
-            if est is not None:
-                curve = self.costs.target_curve()
-                extra = np.maximum.accumulate(np.maximum(curve - curve[0], 0.0))
-                tau = self.costs.time_per_token or float(self.costs.round_costs()[0, 0])
-                self._gain = expected_gains(*est, tau, extra)
-        return self._gain
+        ``d``); ``None`` before any round is scored. :meth:`generate` asks again only when a
+        round is scored (the prices and ``tau`` it reads move slowly), so an abstaining stream
+        pays nothing for it."""
+        est = request.estimate(self.stream_book, self.prior_rounds)
+        if est is None:
+            return None
+        curve = self.costs.target_curve()
+        extra = np.maximum.accumulate(np.maximum(curve - curve[0], 0.0))
+        tau = self.costs.time_per_token or float(self.costs.round_costs()[0, 0])
+        return expected_gains(*est, tau, extra)
 
     def _check_prompt(self, prompt: Sequence[int]) -> list[int]:
         seq = [int(t) for t in prompt]

@@ -36,12 +36,18 @@ import numpy as np
 
 from spec_adapters.llamacpp.cpu_backend import llama_cpp_module
 
-__all__ = ["GGUF_MAGIC", "INVARIANT_CACHE", "GGUFTarget"]
+__all__ = ["GGUF_MAGIC", "INVARIANT_CACHE", "GGUFTarget", "is_gguf"]
 
 GGUF_MAGIC = b"GGUF"
 # context settings under which a row's logits do not depend on its batch (module docstring):
 # flash attention on, keys in Q8_0 (llama.h's GGML_TYPE_Q8_0 = 8), values F16 (1)
 INVARIANT_CACHE = {"flash_attn": True, "type_k": 8, "type_v": 1}
+
+
+def is_gguf(path: Path) -> bool:
+    """Whether the file ``path`` starts with the GGUF magic."""
+    with Path(path).open("rb") as f:
+        return f.read(4) == GGUF_MAGIC
 
 
 class GGUFTarget:
@@ -67,7 +73,6 @@ class GGUFTarget:
         file's own layout makes them agree (measured at load: Q4_K_M's repacked kernel for
         several rows differs from its one-row kernel; IQ4_NL's file layout reaches
         llamafile's batched kernel, its repacked one does not).
-
     round_rows : int, default 5
         The most rows one ``llama_decode`` of a round holds (``K + 1``): the batches of ``2 ..
         round_rows`` rows that are checked at load.
@@ -77,9 +82,8 @@ class GGUFTarget:
     rows_invariant : bool
         Measured at load: a row decoded alone and the same row in a batch of up to
         ``round_rows`` give the same bits (so HedgeSpec's greedy text is llama.cpp's one-token
-        greedy text). False for float
-        weights (F16, BF16: llamafile's tiled matmul for a batch, a dot product for one row)
-        and without :attr:`batch_invariant`.
+        greedy text). False for float weights (F16, BF16: llamafile's tiled matmul for a
+        batch, a dot product for one row) and without :attr:`batch_invariant`.
 
     Raises
     ------
@@ -93,9 +97,8 @@ class GGUFTarget:
         path = Path(path)
         if not path.is_file():
             raise ValueError(f"GGUF file {path} does not exist")
-        with path.open("rb") as f:
-            if f.read(4) != GGUF_MAGIC:
-                raise ValueError(f"{path} is not a GGUF file (no GGUF magic at its start)")
+        if not is_gguf(path):
+            raise ValueError(f"{path} is not a GGUF file (no GGUF magic at its start)")
         self._lc = llama_cpp_module()
         self._lc.llama_backend_init()
         self.path, self._ctx, self.round_rows = path, None, int(round_rows)

@@ -92,9 +92,10 @@ def target_from_args(args: argparse.Namespace, install: bool = False):
     from spec_adapters.llamacpp.quantize import source_of
 
     target = args.target
-    if getattr(args, "engine", None) == "llamacpp" and target is not None \
-            and source_of(target) is not None:  # `hedgespec quantize` wrote it: same tokens
-        target = str(source_of(target))
+    source = source_of(target) if getattr(args, "engine", None) == "llamacpp" \
+        and target is not None else None
+    if source is not None:  # `hedgespec quantize` wrote it: the same tokens
+        target = str(source)
         _log(f"{Path(args.target).name} was written from {Path(target).name} by hedgespec "
              "quantize: its tokenizer and drafter pool are that file's")
     if target is None:
@@ -135,7 +136,7 @@ def gguf_of(args: argparse.Namespace):
         only) or a file that is not GGUF.
     """
     from spec_adapters.hf.models import find_default_gguf
-    from spec_adapters.llamacpp.target import GGUF_MAGIC
+    from spec_adapters.llamacpp.target import is_gguf
 
     if args.target is None:
         return find_default_gguf()
@@ -145,10 +146,9 @@ def gguf_of(args: argparse.Namespace):
     if path.is_dir():
         raise UserError(f"--engine llamacpp decodes a GGUF file; --target {path} is a "
                         "transformers folder: pass the model's .gguf")
-    with path.open("rb") as f:
-        if f.read(4) != GGUF_MAGIC:
-            raise UserError(f"--engine llamacpp decodes a GGUF file; --target {path} is not "
-                            "one (no GGUF magic at its start)")
+    if not is_gguf(path):
+        raise UserError(f"--engine llamacpp decodes a GGUF file; --target {path} is not one "
+                        "(no GGUF magic at its start)")
     return path
 
 

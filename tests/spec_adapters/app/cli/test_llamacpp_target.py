@@ -66,7 +66,7 @@ def test_quantize_measures_each_type_and_keeps_one(world, capsys):
     assert main(["generate", "--engine", "llamacpp", "--target", str(written), "--cache-dir",
                  str(root / "cache"), "--threads", "1", "--domains", DOMS, "--max-train-tokens",
                  "2000", "--distilled-tokens", "0", "--prompt", "hello", "--max-new-tokens",
-                 "6", "--colour", "never", "--no-build"]) == 0
+                 "6", "--colour", "never"]) == 0
     assert "its tokenizer and drafter pool are that file's" in capsys.readouterr().err
     assert main([*argv, "--types", "Q8_0,Q3"]) == 2
     err = capsys.readouterr().err
