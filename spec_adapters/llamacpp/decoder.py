@@ -3,10 +3,12 @@
 One round (the transformers loop's, with point-mass drafters; every decision is
 :mod:`spec_adapters.selection`'s)::
 
-    the learner plays an expert (drafter i, k tokens; k = 0: a plain step), k cut to the
-    longest draft whose expected accepted tokens pay for its rows (nothing pays: k = 0)
-    every drafter drafts K tokens from the verified sequence      (the round's counterfactuals;
-                                                   skipped but for a probe share when none pays)
+    the learner plays an expert (drafter i, stop rule r; the rule k = 0: a plain step)
+    every drafter drafts K tokens with confidences from the verified sequence (the round's
+                                   counterfactuals; skipped but for a probe share when none pays)
+    drafter i's draft is cut by rule r (its running confidence above r's threshold, at most
+    r's cap: :mod:`spec_adapters.selection.stop_rules`), then to the longest draft whose
+    expected accepted tokens pay for its rows (nothing pays: k = 0)
     one llama_decode over [last] + draft_i[:k], logits for those rows (after the prompt, which
     is prefilled as llama.cpp prefills it: the draft alone, the prompt's logits known)
     accept: greedy = the draft's prefix that matches the argmax; sampled = the coupled rule
@@ -18,7 +20,8 @@ One round (the transformers loop's, with point-mass drafters; every decision is
             kept (common/sampling.cpp's order; typical and min-p off)
     the cache keeps [last] + the accepted drafts; the next token is the round's last
     the RoundBook scores every drafter's draft against the verified tokens -> window losses
-    (the time loss of each (drafter, k), step costs measured online) -> the learner
+    (the time loss of each (drafter, k), step costs measured online; a rule's loss is that
+    of its length this round) -> the learner
 
 A finished request is committed to the drafters that keep a memory of earlier requests (the
 suffix drafter), as the vLLM proposer does.
@@ -61,13 +64,14 @@ from spec_adapters.selection import (
     PointDrafter,
     RoundBook,
     StepCosts,
+    StopRules,
     acceptance_lengths,
-    expert_of,
     make_policy,
-    n_experts,
+    propose_all,
     window_losses,
 )
 from spec_adapters.selection.abstention import AcceptanceBook, expected_gains, paying_k
+from spec_adapters.selection.stop_rules import THRESHOLDS
 
 if TYPE_CHECKING:
     from spec_adapters.decoding.loop import RoundInfo
@@ -104,12 +108,16 @@ class LlamaCppDecoder:
         Model-free point-mass drafters (:mod:`spec_adapters.selection.point_drafters`); a
         drafter with a ``vocab_size`` must share the target's.
     draft_length : int, default 4
-        ``K``: the longest draft; the learner's experts are ``(drafter, k)``, ``k = 0 .. K``.
+        ``K``: the longest draft.
+    stop_rules : sequence of float, default (0, 0.25, 0.5, 0.75)
+        The stop rules' confidence thresholds (:class:`~spec_adapters.selection.StopRules`);
+        the learner's experts are ``(drafter, rule)``; ``(0,)``: the fixed lengths
+        ``k = 0 .. K`` alone.
     policy : str, default "normalhedge"
         A full-information policy of :func:`spec_adapters.selection.make_policy`.
     carry_state : bool, default True
         Keep what the learner learnt across ``generate`` calls (a stream of requests: a short
-        request does not start exploring ``N (K + 1)`` experts from uniform); ``False``
+        request does not start exploring ``N R`` experts from uniform); ``False``
         resets it per call, as the paper does per query.
     row_seconds : sequence of K + 1 floats, optional
         Seconds of one decode of ``1 .. K + 1`` rows; default: measured at load
@@ -123,13 +131,15 @@ class LlamaCppDecoder:
     Raises
     ------
     ValueError
-        No drafter, a drafter over another vocabulary, ``K < 1``, a bandit or unknown policy,
+        No drafter, a drafter over another vocabulary, ``K < 1``, bad ``stop_rules``, a
+        bandit or unknown policy,
         ``row_seconds`` not ``K + 1`` finite seconds >= 0, ``prior_rounds < 0``, ``probe``
         outside [0, 1].
     """
 
     def __init__(self, target: GGUFTarget, drafters: Sequence[PointDrafter],
-                 draft_length: int = 4, policy: str = "normalhedge",
+                 draft_length: int = 4, stop_rules: Sequence[float] = THRESHOLDS,
+                 policy: str = "normalhedge",
                  carry_state: bool = True, row_seconds: Sequence[float] | None = None,
                  prior_rounds: int = 8, probe: float = 0.1) -> None:
         if not drafters:
@@ -144,7 +154,8 @@ class LlamaCppDecoder:
             raise ValueError(f"draft_length must be an integer >= 1, got {draft_length!r}")
         self.target, self.drafters, self.K = target, list(drafters), draft_length
         self.names = [d.name for d in self.drafters]
-        self.policy = make_policy(policy, n_experts(len(self.drafters), draft_length))
+        self.rules = StopRules(draft_length, stop_rules)
+        self.policy = make_policy(policy, len(self.drafters) * len(self.rules))
         if not self.policy.full_information:
             raise ValueError(f"policy {policy!r} is a bandit: the llama.cpp engine learns "
                              "from every drafter's counterfactual (a full-information policy)")
@@ -211,17 +222,16 @@ class LlamaCppDecoder:
                 if on_round is not None:
                     weights = self.policy.weights.reshape(len(self.drafters), -1).sum(1)
                 rid, e = self.policy.play(rng)
-                i, k = expert_of(e, self.K)
-                k = 0 if gain is None else paying_k(gain[i], k)  # nothing scored yet: k = 0
-                k = min(k, limit - len(seq) - 1)
+                i, r = divmod(e, len(self.rules))
             t1 = time.perf_counter()
             draft = []                                                        # 2 draft
             if evaluate:
-                history = np.asarray(seq, np.int64)
-                drafts = np.full((len(self.drafters), self.K), -1, np.int64)
-                for j, d in enumerate(self.drafters):
-                    got = d.draft(history, self.K)
-                    drafts[j, :len(got)] = got
+                drafts, confidence = propose_all(self.drafters, np.asarray(seq, np.int64),
+                                                 self.K)
+                lengths = self.rules.lengths(confidence)
+                # the rule's cut, then what pays (nothing scored yet: k = 0)
+                k = 0 if gain is None else paying_k(gain[i], int(lengths[i, r]))
+                k = min(k, limit - len(seq) - 1)
                 draft = [int(t) for t in drafts[i, :k] if t >= 0]
             t2 = time.perf_counter()
             if pending is None:                                               # 3 verify
@@ -246,12 +256,13 @@ class LlamaCppDecoder:
             new = new[:min(len(new) if eog is None else eog + 1, limit - len(seq))]
             done = eog is not None or len(seq) + len(new) >= limit
             if evaluate:                                                      # 4 evaluate
-                book.open(rid, len(seq), drafts)
+                book.open(rid, len(seq), drafts, data=lengths)
             seq += new
             book.record(new)
             for w in book.pop_completed():                                    # 5 update
-                self.policy.feed(w.round_id, window_losses(
-                    w, "time", False, self.costs.round_costs(), self.costs.time_per_token))
+                self.policy.feed(w.round_id, self.rules.losses(window_losses(
+                    w, "time", False, self.costs.round_costs(), self.costs.time_per_token),
+                    w.data))
                 accepted = acceptance_lengths(w.gamma, validate=False) - 1.0
                 drafted = np.minimum(np.arange(self.K + 1)[None, :], w.lengths[:, None])
                 request.add(accepted, drafted)

@@ -12,6 +12,8 @@ package owns the choice of drafter and draft length and what it learns from:
                     time), :class:`StepTimeModel` (a batch)
 ``abstention``      :class:`AcceptanceBook`, :func:`expected_gains`, :func:`paying_k`: draft only
                     where the expected gain pays the step's cost
+``stop_rules``      :class:`StopRules`: (drafter, stop rule) experts, a rule cutting a draft where
+                    its running confidence falls below a threshold
 ``policies``        :func:`make_policy`: HedgeSpec (NormalHedge...), the bandits, fixed
 ``point_drafters``  the model-free point-mass drafters (prompt lookup, corpus n-gram, suffix)
 ``ngram_kernel``, ``suffix_index``   their compiled kernels and indexes
@@ -37,11 +39,15 @@ from spec_adapters.selection.point_drafters import (
     CorpusNGram,
     PointDrafter,
     PromptLookup,
+    Proposal,
     SuffixDraft,
+    propose_all,
 )
 from spec_adapters.selection.policies import make_policy
+from spec_adapters.selection.stop_rules import StopRules
 
 __all__ = ["LENGTH_LOSSES", "LOSSES", "AcceptanceBook", "CorpusNGram", "PointDrafter",
-           "PromptLookup", "RoundBook", "StepCosts", "StepTimeModel", "SuffixDraft", "Window",
+           "PromptLookup", "Proposal", "RoundBook", "StepCosts", "StepTimeModel", "StopRules",
+           "SuffixDraft", "Window",
            "acceptance_lengths", "expected_gains", "expert_losses", "expert_of", "greedy_stats",
-           "make_policy", "n_experts", "paying_k", "window_losses"]
+           "make_policy", "n_experts", "paying_k", "propose_all", "window_losses"]

@@ -278,13 +278,14 @@ def greedy_draft(ctx: np.ndarray, n: int, k: int, order: int, hash_base: np.uint
 def longest_match_draft(ctx: np.ndarray, n0: int, k: int, order: int, hash_base: np.uint64,
                         keys: np.ndarray, key_at: np.ndarray, lo: np.ndarray, hi: np.ndarray,
                         toks: np.ndarray, counts: np.ndarray, own_weight: float,
-                        scratch: np.ndarray, touched: np.ndarray) -> int:
+                        scratch: np.ndarray, touched: np.ndarray, confidence: np.ndarray) -> int:
     """The vLLM proposer's n-gram rule, compiled: up to ``k`` tokens after ``ctx[:n0]``, each
     the most frequent continuation (lowest id on ties) at the longest order ``n`` whose last
     ``n`` tokens occur in the corpus or earlier in the context (the corpus counts plus
     ``own_weight`` per earlier occurrence), written to ``ctx[n0:]``; stops where no order
-    matches. Returns the number drafted. ``scratch`` is ``V`` float64 zeros (left as found),
-    ``touched`` int64 work space of ``widest row + len(ctx)`` entries."""
+    matches. ``confidence[j]`` gets the drafted token's share of the counts it was chosen from
+    (the count ratio). Returns the number drafted. ``scratch`` is ``V`` float64 zeros (left as
+    found), ``touched`` int64 work space of ``widest row + len(ctx)`` entries."""
     for j in range(k):
         L = n0 + j
         drafted = False
@@ -310,13 +311,15 @@ def longest_match_draft(ctx: np.ndarray, n0: int, k: int, order: int, hash_base:
                         scratch[t] += own_weight
             if m == 0:
                 continue
-            best_t, best_v = -1, -1.0
+            best_t, best_v, total = -1, -1.0, 0.0
             for s in range(m):
                 t = touched[s]
+                total += scratch[t]
                 if scratch[t] > best_v or (scratch[t] == best_v and t < best_t):
                     best_t, best_v = t, scratch[t]
                 scratch[t] = 0.0
             ctx[L] = best_t
+            confidence[j] = best_v / total
             drafted = True
             break
         if not drafted:
@@ -347,5 +350,5 @@ def warm_up() -> None:
     greedy_draft(ctx, 2, 1, 1, np.uint64(3), keys, at, rows, rows, rows, none, none, 1.0, True,
                  base, 0, *work)
     longest_match_draft(ctx, 2, 1, 1, np.uint64(3), keys, at, rows, rows, rows, none, 1.0,
-                        np.zeros(2), np.zeros(8, np.int64))
+                        np.zeros(2), np.zeros(8, np.int64), np.zeros(1))
     _WARM = True

@@ -2,10 +2,25 @@
 
 An engine that verifies a draft without probabilities treats it as a point mass (``q(x) = 1``;
 vLLM's ``custom_class`` proposers, the llama.cpp engine). A *point-mass drafter* is a
-deterministic function ``draft(history, k) -> tokens`` (possibly shorter than ``k``: no
-continuation known). Being deterministic, its draft from any past context can be recomputed
-and scored against the verified continuation, which is what the learner's full-information
-feedback needs (:class:`spec_adapters.selection.book.RoundBook` with the round's drafts).
+deterministic function ``propose(history, k) -> Proposal(tokens, confidence)`` (possibly
+shorter than ``k``: no continuation known). Being deterministic, its draft from any past
+context can be recomputed and scored against the verified continuation, which is what the
+learner's full-information feedback needs (:class:`spec_adapters.selection.book.RoundBook`
+with the round's drafts).
+
+Each drafted token comes with the drafter's *confidence* ``c_j`` in ``(0, 1]``, its own
+estimate of the chance that the token is right given that the ones before it are: the
+stop rules (:mod:`spec_adapters.selection.stop_rules`) cut a draft where the running product
+``prod_{l<=j} c_l`` falls below a threshold, and the learner finds out which threshold to
+trust (the confidences need not be calibrated). Per drafter:
+
+- prompt lookup: the rule of succession on the match, ``c_j = (m + j) / (m + j + 1)``
+  (``j = 0, 1, ..``), ``m`` the length of the longest common suffix of the history and the
+  text before the copied occurrence (at least ``n``, at most 64); a copy that has held for
+  ``m`` tokens holds ``k`` more with estimated probability ``m / (m + k)``;
+- corpus n-gram: the drafted token's share of the counts it was chosen from;
+- suffix: the node's empirical continuation probability (count / total; SuffixDecoding's
+  score, whose running product it stops below 0.1).
 
 - :class:`PromptLookup` (Saxena 2023; vLLM's ``ngram`` method): the most recent earlier
   occurrence of the last ``n`` tokens; the draft copies what followed it.
@@ -27,26 +42,64 @@ the names here end without ``Drafter`` for that reason.
 from __future__ import annotations
 
 import json
+from abc import ABC, abstractmethod
+from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import Protocol
+from typing import NamedTuple
 
 import numpy as np
 
 from spec_adapters.selection.ngram_kernel import NGramTables, longest_match_draft, warm_up
 from spec_adapters.selection.suffix_index import MAX_DEPTH, MAX_TOKENS, SuffixIndex, SuffixRule
 
-__all__ = ["CorpusNGram", "PointDrafter", "PromptLookup", "SuffixDraft"]
+__all__ = ["CorpusNGram", "PointDrafter", "PromptLookup", "Proposal", "SuffixDraft",
+           "propose_all"]
+
+MAX_MATCH = 64  # prompt lookup's match length is counted up to this many tokens
 
 
-class PointDrafter(Protocol):
-    """A deterministic drafter: ``draft(history, k)`` returns at most ``k`` int64 tokens."""
+class Proposal(NamedTuple):
+    """A point-mass draft: ``tokens`` (int64) and each one's ``confidence`` (float64, in
+    ``(0, 1]``, the same length; module docstring)."""
+
+    tokens: np.ndarray
+    confidence: np.ndarray
+
+
+_EMPTY = Proposal(np.zeros(0, np.int64), np.zeros(0))
+
+
+class PointDrafter(ABC):
+    """A deterministic drafter: :meth:`propose` returns at most ``k`` tokens and their
+    confidences; ``name`` names it in statistics."""
 
     name: str
 
-    def draft(self, history: np.ndarray, k: int) -> np.ndarray: ...
+    @abstractmethod
+    def propose(self, history: np.ndarray, k: int) -> Proposal:
+        """Up to ``k`` tokens after ``history`` with their confidences."""
+
+    def draft(self, history: np.ndarray, k: int) -> np.ndarray:
+        """The tokens of :meth:`propose` alone."""
+        return self.propose(history, k).tokens
 
 
-class PromptLookup:
+def propose_all(drafters: Sequence[PointDrafter], history: np.ndarray, k: int,
+                rows: Iterable[int] | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """A round's draft table: ``(tokens, confidence)``, each ``(N, k)``, row ``i`` drafter
+    ``i``'s :meth:`~PointDrafter.propose` (tokens ``-1`` and confidence ``NaN`` from where it
+    drafted nothing), for the drafters in ``rows`` (default all; the others' rows stay
+    empty)."""
+    tokens = np.full((len(drafters), k), -1, np.int64)
+    confidence = np.full((len(drafters), k), np.nan)
+    for i in range(len(drafters)) if rows is None else rows:
+        got = drafters[i].propose(history, k)
+        tokens[i, :len(got.tokens)] = got.tokens
+        confidence[i, :len(got.tokens)] = got.confidence
+    return tokens, confidence
+
+
+class PromptLookup(PointDrafter):
     """Copy the continuation of the most recent earlier occurrence of the last ``n`` tokens.
 
     Parameters
@@ -61,15 +114,16 @@ class PromptLookup:
         self.n = int(n)
         self.name = f"prompt-lookup-{self.n}"
 
-    def draft(self, history: np.ndarray, k: int) -> np.ndarray:
-        """Up to ``k`` tokens (int64); empty when the suffix never occurred before.
+    def propose(self, history: np.ndarray, k: int) -> Proposal:
+        """Up to ``k`` tokens; empty when the suffix never occurred before. Confidence: the
+        rule of succession on the match length (module docstring).
 
         Complexity: ``O(L n)`` vectorised comparisons for a history of ``L`` tokens.
         """
         h = np.asarray(history)
         L, n = len(h), self.n
         if n >= L or k < 1:
-            return np.zeros(0, np.int64)
+            return _EMPTY
         suffix = h[L - n:]
         # windows h[s : s + n] for s = 0 .. L - n - 1 (the suffix itself excluded)
         hit = np.ones(L - n, dtype=bool)
@@ -77,12 +131,17 @@ class PromptLookup:
             hit &= h[j:L - n + j] == suffix[j]
         starts = np.flatnonzero(hit)
         if starts.size == 0:
-            return np.zeros(0, np.int64)
+            return _EMPTY
         after = int(starts[-1]) + n
-        return h[after:after + k].astype(np.int64)
+        tokens = h[after:after + k].astype(np.int64)
+        w = min(MAX_MATCH, after)  # the common suffix of h[:after] and h, read backwards
+        same = h[after - w:after][::-1] == h[L - w:][::-1]
+        m = w if same.all() else int(np.argmin(same))
+        j = np.arange(len(tokens))
+        return Proposal(tokens, (m + j) / (m + j + 1.0))
 
 
-class CorpusNGram:
+class CorpusNGram(PointDrafter):
     """Most frequent continuation of the longest matched context, from saved n-gram tables
     and (``context_weight > 0``) the request's own tokens.
 
@@ -133,9 +192,9 @@ class CorpusNGram:
         return cls(tables, int(meta["vocab_size"]), str(meta.get("name", Path(path).stem)),
                    float(meta.get("context_weight", 0.0)))
 
-    def draft(self, history: np.ndarray, k: int) -> np.ndarray:
+    def propose(self, history: np.ndarray, k: int) -> Proposal:
         """Up to ``k`` tokens; stops where no context of any order is in the corpus (nor, with
-        ``context_weight``, earlier in the request).
+        ``context_weight``, earlier in the request). Confidence: the count ratio.
 
         Complexity per token: a binary search per order, plus ``O(L n)`` comparisons over the
         request's ``L`` tokens with ``context_weight`` (compiled).
@@ -148,13 +207,14 @@ class CorpusNGram:
         ctx[:len(h)] = h
         tb = self.tables
         touched = np.empty(tb.widest + len(ctx) + 1, np.int64)
+        confidence = np.empty(k)
         j = longest_match_draft(ctx, len(h), k, self.order, np.uint64(self.vocab_size + 1),
                                 tb.keys, tb.key_at, tb.lo, tb.hi, tb.toks, tb.counts,
-                                self.context_weight, self._scratch, touched)
-        return ctx[len(h):len(h) + j].copy()
+                                self.context_weight, self._scratch, touched, confidence)
+        return Proposal(ctx[len(h):len(h) + j].copy(), confidence[:j])
 
 
-class SuffixDraft:
+class SuffixDraft(PointDrafter):
     """Greedy suffix drafting over a request's buffer and a memory shared by all requests.
 
     Each draft token is :meth:`SuffixRule.greedy` of
@@ -182,23 +242,25 @@ class SuffixDraft:
         """Add a finished request's tokens (prompt + output) to the memory."""
         self.index.commit(history)
 
-    def draft(self, history: np.ndarray, k: int) -> np.ndarray:
-        """Up to ``k`` tokens (int64); empty where nothing matches.
+    def propose(self, history: np.ndarray, k: int) -> Proposal:
+        """Up to ``k`` tokens; empty where nothing matches. Confidence: each node's empirical
+        continuation probability.
 
         Complexity: ``min(k, budget)`` queries, each ``O(L)`` over the buffer plus the
         memory's anchor search (:meth:`SuffixIndex.continuations`).
         """
         h = np.asarray(history)
-        n = len(h)
-        ctx = np.empty(n + max(k, 0), np.int64)
+        n, k = len(h), max(int(k), 0)
+        ctx = np.empty(n + k, np.int64)
         ctx[:n] = h
+        confidence = np.empty(k)
         budget = k
-        for j in range(max(k, 0)):
+        for j in range(k):
             found = self.index.continuations(ctx[:n + j])
             if j == 0:
                 budget = min(k, self.rule.budget(found.length))
             nxt = self.rule.greedy(found) if j < budget else None
             if nxt is None:
-                return ctx[n:n + j].copy()
-            ctx[n + j] = nxt
-        return ctx[n:].copy()
+                return Proposal(ctx[n:n + j].copy(), confidence[:j])
+            ctx[n + j], confidence[j] = nxt
+        return Proposal(ctx[n:].copy(), confidence)

@@ -288,7 +288,13 @@ class SuffixRule:
         kept = found.counts[keep]
         return found.tokens[keep], kept / kept.sum()
 
-    def greedy(self, found: Continuations) -> int | None:
-        """The most frequent kept continuation (lowest id on ties), or ``None``."""
+    def greedy(self, found: Continuations) -> tuple[int, float] | None:
+        """The most frequent kept continuation (lowest id on ties) and its empirical
+        probability among all continuations (count / total, before pruning: SuffixDecoding's
+        score of the node), or ``None``."""
         dist = self.distribution(found)
-        return None if dist is None else int(dist[0][int(np.argmax(dist[1]))])
+        if dist is None:
+            return None
+        best = int(np.argmax(dist[1]))
+        token = int(dist[0][best])
+        return token, float(found.counts[found.tokens == token][0] / found.counts.sum())

@@ -16,7 +16,11 @@ Keys (all optional)::
                                            # requests (the oldest evicted past the cap)
      "policy": "normalhedge",              # hedge | adahedge | exp3spec | ucbspec | fixed:<i>
      "k": 4,                               # K, at most vLLM's num_speculative_tokens
-     "cost_aware": true,                   # experts (drafter, k), k = 0 no draft; else k = K
+     "cost_aware": true,                   # experts (drafter, stop rule), below; else k = K
+     "stop_rules": [0, 0.25, 0.5, 0.75],   # the rules' confidence thresholds, each with
+                                           # caps 1 .. K, plus k = 0 (no draft)
+                                           # (spec_adapters.selection.stop_rules); [0]:
+                                           # fixed lengths only, the (drafter, k) experts
      "feedback_budget": 0.02,              # evaluating rounds' share of a step (every
                                            # drafter drafts, every expert is scored): above
                                            # it, a random share of rounds is evaluated
@@ -45,6 +49,7 @@ import os
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 
+from spec_adapters.selection.stop_rules import THRESHOLDS, StopRules
 from spec_adapters.vllm.pool_settings import NGramPoolSettings
 
 __all__ = ["ENV_VAR", "ProposerConfig", "config_from_mapping", "config_to_mapping", "load_config",
@@ -68,6 +73,7 @@ class ProposerConfig:
     policy: str = "normalhedge"
     k: int | None = None
     cost_aware: bool = True
+    stop_rules: tuple[float, ...] = THRESHOLDS
     feedback_budget: float = 0.02
     prior_rounds: int = 8
     probe: float = 0.1
@@ -95,6 +101,10 @@ class ProposerConfig:
             v, least = getattr(self, name), 0 if name in ("seed", "prior_rounds") else 1
             if isinstance(v, bool) or not isinstance(v, int) or v < least:
                 bad(f"{name} must be an integer >= {least}, got {v!r}")
+        try:
+            StopRules(1, self.stop_rules)
+        except (TypeError, ValueError) as err:
+            bad(str(err))
         fb = self.feedback_budget
         if isinstance(fb, bool) or not isinstance(fb, int | float) or not 0 < fb <= 1:
             bad(f"feedback_budget must be a number in (0, 1], got {fb!r}")
@@ -165,8 +175,9 @@ def config_from_mapping(raw: dict, source: str) -> ProposerConfig:
     """A :class:`ProposerConfig` from a JSON object's keys (lists where the config holds
     tuples); ``ValueError`` naming ``source`` and the problem."""
     raw = dict(raw)
-    if isinstance(raw.get("prompt_lookup"), list):
-        raw["prompt_lookup"] = tuple(raw["prompt_lookup"])
+    for key in ("prompt_lookup", "stop_rules"):
+        if isinstance(raw.get(key), list):
+            raw[key] = tuple(raw[key])
     sc = raw.get("step_costs")
     if isinstance(sc, dict):
         if sorted(sc) != sorted(STEP_COSTS):
@@ -187,6 +198,7 @@ def config_to_mapping(config: ProposerConfig) -> dict:
     out["pool_settings"] = {**asdict(config.pool_settings),
                             "domains": list(config.pool_settings.domains)}
     out["prompt_lookup"] = list(config.prompt_lookup)
+    out["stop_rules"] = list(config.stop_rules)
     if config.step_costs is not None:
         out["step_costs"] = dict(zip(STEP_COSTS, config.step_costs, strict=True))
     return out

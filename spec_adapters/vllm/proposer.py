@@ -15,9 +15,14 @@ ids, so each row is matched to the request state whose history it extends
 One step for one request (the paper's loop, with point-mass drafters)::
 
     feed the rounds whose K verified tokens are now known  ->  learner update (delayed)
-    the request's learner picks an expert (drafter, k)     ->  cut k to what pays at this load
-    the played drafter drafts k tokens                     ->  the row's draft
+    the request's learner picks an expert (drafter, rule)  ->  the rule's cut of the draft
+    the played drafter drafts K tokens with confidences    ->  cut to what pays at this load
     (a sampled share of rounds) every drafter drafts K     ->  the round's counterfactuals
+
+The experts are (drafter, stop rule) pairs (:mod:`spec_adapters.selection.stop_rules`): a rule
+keeps the prefix of the drafter's draft whose running confidence stays above its threshold, at
+most its cap; the fixed lengths k = 0 .. K are rules too (``"stop_rules": [0]`` keeps only
+them).
 
 The proposer is an adapter over the selection core (:mod:`spec_adapters.selection`): per
 request a :class:`~spec_adapters.selection.book.RoundBook` opened with every drafter's draft
@@ -85,14 +90,10 @@ from onlinelearn.normalhedge import NormalHedge
 from spec_adapters.selection.abstention import AcceptanceBook, expected_gains, paying_k
 from spec_adapters.selection.book import RoundBook
 from spec_adapters.selection.costs import StepTimeModel
-from spec_adapters.selection.experts import (
-    acceptance_lengths,
-    expert_of,
-    n_experts,
-    window_losses,
-)
-from spec_adapters.selection.point_drafters import PromptLookup, SuffixDraft
+from spec_adapters.selection.experts import acceptance_lengths, window_losses
+from spec_adapters.selection.point_drafters import PromptLookup, SuffixDraft, propose_all
 from spec_adapters.selection.policies import make_policy
+from spec_adapters.selection.stop_rules import StopRules
 from spec_adapters.vllm import sampling_fix
 from spec_adapters.vllm.config import ENV_VAR, ProposerConfig, load_config
 from spec_adapters.vllm.drafters import load_pool_folder
@@ -111,10 +112,11 @@ IDLE_GAP_S = 5.0       # a gap between propose calls this long is an idle engine
 class RequestState:
     """Everything HedgeSpec keeps for one request; owned by that request alone.
 
-    Size: the policy over ``N (K + 1)`` experts, a round book of at most ``K`` open rounds
-    of ``N K`` tokens, and ``HEAD + TAIL`` tokens of identity, whatever the request's length;
-    with the suffix drafter, also the request's tokens (``history``, the buffer of its last step, 8
-    bytes a token), committed to the suffix memory when the state is freed.
+    Size: the policy over ``N R`` experts (``R`` stop rules), a round book of at most ``K``
+    open rounds of ``N K`` tokens, and ``HEAD + TAIL`` tokens of identity, whatever the
+    request's length; with the suffix drafter, also the request's tokens (``history``, the
+    buffer of its last step, 8 bytes a token), committed to the suffix memory when the state
+    is freed.
     """
 
     uid: int
@@ -196,7 +198,8 @@ class HedgeSpecProposer:
         self.config, self.K, self.max_model_len = config, k_max, max_model_len
         self.drafters = drafters
         self.names = [d.name for d in drafters]
-        self.n_experts = n_experts(len(drafters), k_max) if config.cost_aware else len(drafters)
+        self.rules = StopRules(k_max, config.stop_rules) if config.cost_aware else None
+        self.n_experts = len(drafters) * (len(self.rules) if self.rules else 1)
         self._policy_spec = self._resolve_policy(config)
         make_policy(self._policy_spec, self.n_experts)  # fail now, not at the first request
         self.step_time = StepTimeModel(fixed=config.step_costs)
@@ -239,7 +242,7 @@ class HedgeSpecProposer:
         if i >= len(self.drafters):
             raise ValueError(f"{ENV_VAR} ({config.source}): fixed:{i} is out of range for "
                              f"{len(self.drafters)} drafters {self.names}")
-        return f"fixed:{i * (self.K + 1) + self.K if config.cost_aware else i}"
+        return f"fixed:{i * len(self.rules) + self.K if self.rules else i}"  # rule (0, K)
 
     def load_model(self, *args, **kwargs) -> None:
         """vLLM's CPU runner calls this with the target model; nothing to load."""
@@ -368,8 +371,10 @@ class HedgeSpecProposer:
         loss = "time" if self.config.cost_aware else "eal"
         for w in st.book.pop_completed():
             start = time.perf_counter()
-            arm, costs = w.data
+            arm, costs, rule_lengths = w.data
             losses = window_losses(w, loss, False, costs, self.tau)
+            if self.rules is not None:
+                losses = self.rules.losses(losses, rule_lengths)
             if not st.policy.full_information:  # a bandit: its own draft's loss alone
                 st.policy.feed(w.round_id, float(losses[arm]))
                 continue
@@ -403,15 +408,16 @@ class HedgeSpecProposer:
         st.draft = []
         if full or not abstain:
             round_id, arm = st.policy.play(st.rng)
-            i, k = expert_of(arm, K) if self.config.cost_aware else (arm, K)
+            i, r = divmod(arm, len(self.rules)) if self.rules else (arm, None)
+            start = time.perf_counter()
+            pays = gain is None or gain[i].max() > 0  # some length of drafter i pays
+            drafts, confidence = propose_all(self.drafters, buf, K,
+                                             None if full else (i,) if pays else ())
+            lengths = self.rules.lengths(confidence) if self.rules else None
+            k = K if r is None else int(lengths[i, r])
             if gain is not None:
                 k = paying_k(gain[i], k)
             k = max(0, min(k, self.max_model_len - n - 1))
-            drafts = np.full((len(self.drafters), K), -1, np.int64)
-            start = time.perf_counter()
-            for j in range(len(self.drafters)) if full else (i,) if k else ():
-                toks = self.drafters[j].draft(buf, K)
-                drafts[j, :len(toks)] = toks
             self.rounds["played"] += 1
             if full:
                 spent = time.perf_counter() - start
@@ -419,7 +425,7 @@ class HedgeSpecProposer:
                 self.stats.evaluation_s += spent
                 self.rounds["evaluated"] += 1
             if full or not st.policy.full_information:
-                st.book.open(round_id, n, drafts, data=(arm, costs))
+                st.book.open(round_id, n, drafts, data=(arm, costs, lengths))
             else:
                 st.policy.censor(round_id)
             chosen = drafts[i, :k]

@@ -15,6 +15,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from spec_adapters.selection import PointDrafter
 from spec_adapters.vllm.config import ProposerConfig, load_config
 from spec_adapters.vllm.drafters import load_pool_folder
 from spec_adapters.vllm.pool_settings import NGramPoolSettings
@@ -420,15 +421,15 @@ def test_where_drafts_are_free_the_proposer_keeps_drafting_its_best_drafter(tmp_
 
 
 # ------------------------------------------------------------------------------ feedback budget
-class _Counting:
+class _Counting(PointDrafter):
     """A drafter proxy counting its draft calls."""
 
     def __init__(self, drafter) -> None:
         self.inner, self.name, self.calls = drafter, drafter.name, 0
 
-    def draft(self, history, k):
+    def propose(self, history, k):
         self.calls += 1
-        return self.inner.draft(history, k)
+        return self.inner.propose(history, k)
 
 
 def _counted(prop: HedgeSpecProposer) -> list[_Counting]:
@@ -485,6 +486,26 @@ def test_a_bandit_policy_drafts_with_the_played_drafter_only(tmp_path):
 def test_bad_feedback_budget_names_the_problem(tmp_path, budget):
     with pytest.raises(ValueError, match="feedback_budget must be a number in"):
         _proposer(tmp_path, feedback_budget=budget)
+
+
+@pytest.mark.parametrize("rules", [[0.5], [0.0, 1.0], "x"])
+def test_bad_stop_rules_name_the_problem(tmp_path, rules):
+    with pytest.raises(ValueError, match="stop-rule thresholds"):
+        _proposer(tmp_path, stop_rules=rules)
+
+
+def test_stop_rules_set_the_expert_family_and_fixed_plays_the_full_length(tmp_path):
+    """(drafter, rule) experts: 1 + 3 K rules with three thresholds; [0] alone is the
+    (drafter, k) family; fixed:<i> plays drafter i's rule (0, K), its whole draft."""
+    prop = _proposer(tmp_path, pool=None, prompt_lookup=(1, 2), suffix=False,
+                     stop_rules=(0.0, 0.5, 0.8))
+    assert prop.n_experts == 2 * (1 + 3 * prop.K)
+    assert _proposer(tmp_path, pool=None, prompt_lookup=(1, 2), suffix=False,
+                     stop_rules=(0.0,)).n_experts == 2 * (prop.K + 1)
+    fixed = _proposer(tmp_path, pool=None, prompt_lookup=(1, 2), suffix=False, policy="fixed:1")
+    e = fixed._resolve_policy(fixed.config)
+    i, r = divmod(int(e[6:]), len(fixed.rules))
+    assert i == 1 and fixed.rules.cap[r] == fixed.K and fixed.rules.theta[r] == 0.0
 
 
 def test_a_learner_whose_rounds_are_never_evaluated_is_never_fed(tmp_path, monkeypatch):

@@ -16,7 +16,7 @@ from spec_adapters.llamacpp.decoder import LlamaCppDecoder, plain_generate
 from spec_adapters.llamacpp.sampling_chain import warp_llama
 from spec_adapters.llamacpp.target import GGUFTarget
 from spec_adapters.llamacpp.tiny_gguf import write_tiny_gguf
-from spec_adapters.selection import PromptLookup, SuffixDraft
+from spec_adapters.selection import PointDrafter, PromptLookup, Proposal, SuffixDraft
 
 # llama.cpp decodes in a child first: a crash fails these tests, not their worker
 pytestmark = pytest.mark.usefixtures("llama_cpp_decodes")
@@ -34,22 +34,22 @@ def target(tmp_path_factory):
     t.close()
 
 
-class Known:
+class Known(PointDrafter):
     """A drafter that knows the greedy continuation and corrupts the draft from ``wrong_at``
-    on (the cache must drop the rejected rows)."""
+    on (the cache must drop the rejected rows); sure of every token."""
 
     def __init__(self, answer: dict, wrong_at: int, name: str) -> None:
         self.answer, self.wrong_at, self.name = answer, wrong_at, name
 
-    def draft(self, history, k):
+    def propose(self, history, k):
         seq = tuple(int(t) for t in history)
         for prompt, out in self.answer.items():
             full = prompt + tuple(out)
             if full[:len(seq)] == seq:
-                d = list(full[len(seq):len(seq) + k])
-                return np.array([t if j < self.wrong_at else (t + 1) % 200
-                                 for j, t in enumerate(d)], np.int64)
-        return np.zeros(0, np.int64)
+                d = np.array([t if j < self.wrong_at else (t + 1) % 200
+                              for j, t in enumerate(full[len(seq):len(seq) + k])], np.int64)
+                return Proposal(d, np.ones(len(d)))
+        return Proposal(np.zeros(0, np.int64), np.zeros(0))
 
 
 class Alternating(Known):
@@ -57,16 +57,16 @@ class Alternating(Known):
     one: drafts that pay on average, and are rejected in some rounds whatever length the
     learner keeps."""
 
-    def draft(self, history, k):
+    def propose(self, history, k):
         self.wrong_at = 2 if len(history) % 2 == 0 else 0
-        return super().draft(history, k)
+        return super().propose(history, k)
 
 
-class Never:
+class Never(PointDrafter):
     name = "never"
 
-    def draft(self, history, k):
-        return np.zeros(0, np.int64)
+    def propose(self, history, k):
+        return Proposal(np.zeros(0, np.int64), np.zeros(0))
 
 
 def _greedy(target, n=30):

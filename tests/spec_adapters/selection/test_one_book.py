@@ -22,6 +22,7 @@ from onlinelearn.delayed import OnArrival
 from spec_adapters.decoding.loop import RoundLoop, Verdict
 from spec_adapters.decoding.settings import PolicySettings
 from spec_adapters.selection.book import greedy_stats
+from spec_adapters.selection.point_drafters import PointDrafter, Proposal
 from spec_adapters.vllm.config import ProposerConfig
 from spec_adapters.vllm.proposer import HedgeSpecProposer
 
@@ -124,12 +125,13 @@ class _Scheme:
         return {}
 
 
-class _Point:
+class _Point(PointDrafter):
     def __init__(self, i):
         self.i, self.name = i, f"d{i}"
 
-    def draft(self, history, k):
-        return np.array(_chain(self.i, list(history), k), np.int64)
+    def propose(self, history, k):
+        tokens = np.array(_chain(self.i, list(history), k), np.int64)
+        return Proposal(tokens, np.ones(len(tokens)))
 
 
 def _transformers_losses():

@@ -25,6 +25,13 @@ def test_prompt_lookup_copies_the_most_recent_match():
     h = np.array([5, 6, 7, 1, 5, 6, 9, 2, 5, 6])
     assert PromptLookup(2).draft(h, 3).tolist() == [9, 2, 5]
     assert PromptLookup(3).draft(h, 3).tolist() == []  # [2, 5, 6] never occurred before
+    # the copied occurrence (5, 6 at 4..5) shares 2 tokens with the end (7, 1 / 2, 5 differ):
+    # the rule of succession on a 2-token match, m / (m + k) for k tokens
+    got = PromptLookup(2).propose(h, 3)
+    np.testing.assert_allclose(got.confidence, [2 / 3, 3 / 4, 4 / 5])
+    np.testing.assert_allclose(np.cumprod(got.confidence), [2 / 3, 2 / 4, 2 / 5])
+    longer = np.array([1, 2, 3, 4, 8, 1, 2, 3, 4])  # the match runs 4 tokens back
+    np.testing.assert_allclose(PromptLookup(2).propose(longer, 2).confidence, [4 / 5, 5 / 6])
     with pytest.raises(ValueError, match="n-gram size"):
         PromptLookup(0)
 
@@ -44,18 +51,22 @@ def test_corpus_ngram_follows_the_longest_context_brute_force(tmp_path):
                         counts[doc[s + n]] = counts.get(doc[s + n], 0) + 1
             if counts:
                 best = max(counts.values())
-                return min(t for t, c in counts.items() if c == best)
+                return (min(t for t, c in counts.items() if c == best),
+                        best / sum(counts.values()))
         return None
 
     for _ in range(30):
         ctx = rng.integers(0, 6, size=5).tolist()
-        want = []
+        want, ratios = [], []
         while len(want) < 4:
             nxt = oracle_next(ctx + want)
             if nxt is None:
                 break
-            want.append(nxt)
-        assert d.draft(np.array(ctx), 4).tolist() == want
+            want.append(nxt[0])
+            ratios.append(nxt[1])
+        got = d.propose(np.array(ctx), 4)
+        assert got.tokens.tolist() == want
+        np.testing.assert_allclose(got.confidence, ratios)  # the count ratio
 
 
 @pytest.mark.parametrize("cw", [0.5, 4.0])
@@ -112,3 +123,8 @@ def test_suffix_draft_is_the_suffix_drafters_greedy_draft_on_the_same_index():
     assert fresh.draft(np.array([1, 2, 3]), 4).tolist() == []  # nothing matches
     fresh.commit(np.array([1, 2, 3, 4, 5, 6]))
     assert fresh.draft(np.array([9, 2, 3]), 4).tolist() == [4, 5]  # a 2-token match: 2 tokens
+    np.testing.assert_allclose(fresh.propose(np.array([9, 2, 3]), 4).confidence, [1.0, 1.0])
+    fresh.commit(np.array([2, 3, 7, 5, 2, 3, 4, 6]))  # "2 3" went on with 4 twice, 7 once
+    got = fresh.propose(np.array([9, 2, 3]), 4)
+    assert got.tokens[0] == 4
+    assert got.confidence[0] == pytest.approx(2 / 3)  # the node's empirical probability
