@@ -14,6 +14,7 @@ flatters every drafter exactly where speculation is weakest. Methods (:func:`met
                  environment: ``make vllm-suffix``); ``suffix-k``: at most ``K`` tokens a step;
 ``hedgespec``    :class:`spec_adapters.vllm.HedgeSpecProposer`, NormalHedge over the experts
                  (drafter, k), cost-aware (``k = 0``: no draft);
+``hedgespec-lengths``  HedgeSpec with stop rules off (:data:`ABLATIONS`);
 ``exp3spec`` / ``ucbspec``  the same proposer with BanditSpec's learners over the drafters
                  (``K`` tokens every step, as published);
 ``fixed:<name>`` the proposer with one drafter always (every prompt-lookup size and every
@@ -72,6 +73,7 @@ from spec_adapters.app.bench.records import check_settings
 from spec_adapters.app.bench.repetition import REPEAT_THRESHOLD
 from spec_adapters.app.bench.run import mixed_stream
 from spec_adapters.app.bench.vllm_summary import (
+    ABLATIONS,
     LEARNERS,
     VllmRecords,
     markdown,
@@ -105,8 +107,8 @@ class VllmBenchConfig:
     concurrencies : tuple of int
         Requests in flight, one phase each (ascending).
     methods : tuple of str or None
-        Subset of :data:`LEARNERS` and ``fixed:<drafter>``; ``None``: :data:`LEARNERS` and every
-        drafter fixed.
+        Subset of :data:`LEARNERS`, :data:`ABLATIONS` and ``fixed:<drafter>``; ``None``:
+        :data:`LEARNERS` and every drafter fixed.
     k : int
         ``num_speculative_tokens`` of every speculating method (K).
     seed : int
@@ -144,9 +146,11 @@ class VllmBenchConfig:
         cs = tuple(self.concurrencies)
         if not cs or any(c < 1 for c in cs) or list(cs) != sorted(set(cs)):
             raise ValueError(f"concurrencies must be ascending integers >= 1, got {cs}")
-        bad = [m for m in self.methods or () if m not in LEARNERS and not m.startswith("fixed:")]
+        bad = [m for m in self.methods or () if m not in LEARNERS and m not in ABLATIONS
+               and not m.startswith("fixed:")]
         if bad:
-            raise ValueError(f"unknown methods {bad}; expected {LEARNERS} or fixed:<drafter>")
+            raise ValueError(f"unknown methods {bad}; expected {LEARNERS}, {tuple(ABLATIONS)} "
+                             "or fixed:<drafter>")
         object.__setattr__(self, "concurrencies", cs)
         rates = tuple(self.arrival_rates)
         if any(not r > 0 for r in rates) or list(rates) != sorted(set(rates)):
@@ -216,18 +220,18 @@ def method_specs(method: str, names: list[str], pool: Path, cache_dir: Path, k: 
         return {"method": "suffix"}, None
     if method == "suffix-k":
         return {"method": "suffix", "num_speculative_tokens": k}, None
-    if method == "hedgespec":
+    if method == "hedgespec" or method in ABLATIONS:
         policy, cost_aware = "normalhedge", True
     elif method in ("exp3spec", "ucbspec"):
         policy, cost_aware = method, False
     elif method.startswith("fixed:") and method[6:] in names:
         policy, cost_aware = f"fixed:{names.index(method[6:])}", False
     else:
-        raise ValueError(f"unknown method {method!r}; expected {LEARNERS} or fixed:<one of "
-                         f"{names}>")
+        raise ValueError(f"unknown method {method!r}; expected {LEARNERS}, {tuple(ABLATIONS)} "
+                         f"or fixed:<one of {names}>")
     spec = {"method": "custom_class", "model": SPEC_CLASS, "num_speculative_tokens": k}
     return spec, {"pool": str(pool), "cache_dir": str(cache_dir), "policy": policy, "k": k,
-                  "cost_aware": cost_aware, "seed": seed}
+                  "cost_aware": cost_aware, "seed": seed, **ABLATIONS.get(method, {})}
 
 
 def _methods(cfg: VllmBenchConfig, names: list[str]) -> list[str]:

@@ -20,15 +20,18 @@ from spec_adapters.app.bench.repetition import (
     repeated_share,
 )
 
-__all__ = ["LEARNERS", "LOAD_TARGETS", "TARGETS", "VLLM_LABELS", "VllmRecords", "label",
-           "markdown", "phase_key", "plot_vllm", "repetition_panel", "summarize_vllm"]
+__all__ = ["ABLATIONS", "LEARNERS", "LOAD_TARGETS", "TARGETS", "VLLM_LABELS", "VllmRecords",
+           "label", "markdown", "phase_key", "plot_vllm", "repetition_panel", "summarize_vllm"]
 
 LEARNERS = ("plain", "ngram", "suffix", "suffix-k", "hedgespec", "exp3spec", "ucbspec")
+# HedgeSpec with one of its parts off (the ablation rows): method -> its proposer settings
+ABLATIONS = {"hedgespec-lengths": {"stop_rules": [0.0]}}
 VLLM_LABELS = {"plain": "vLLM plain", "ngram": "vLLM ngram",
                "suffix": "vLLM suffix (Arctic Inference, its depth 24)",
                "suffix-k": "vLLM suffix", "exp3spec": "EXP3Spec proposer",
                "hedgespec": "HedgeSpec proposer (NormalHedge, cost-aware)",
-               "ucbspec": "UCBSpec proposer"}
+               "ucbspec": "UCBSpec proposer",
+               "hedgespec-lengths": "HedgeSpec, stop rules off ((drafter, k) experts)"}
 # issue 12's targets: (name, method, reference, concurrency; None = per domain, c = 1), goal
 TARGETS = (("one at a time, x vLLM ngram", "hedgespec", "ngram", 1, 1.25),
            ("one at a time, x vLLM plain", "hedgespec", "plain", 1, 1.6),
