@@ -13,9 +13,11 @@ from collections.abc import Callable
 
 from proofs_check.check_acceptance import check_theorem1, check_theorem2
 from proofs_check.check_estimators import check_pointmass, check_theorem3
+from proofs_check.check_label_efficient import check_label_efficient
 from proofs_check.check_lossless import check_lossless
 from proofs_check.check_regret import check_theorem4
 from proofs_check.check_seeded import check_seeded
+from proofs_check.check_stoprules import check_stoprules
 from proofs_check.result import CheckResult, Settings
 
 CHECKS: dict[str, Callable[[Settings], list[CheckResult]]] = {
@@ -26,4 +28,6 @@ CHECKS: dict[str, Callable[[Settings], list[CheckResult]]] = {
     "pointmass": check_pointmass,
     "theorem4": check_theorem4,
     "seeded": check_seeded,
+    "stoprules": check_stoprules,
+    "labelefficient": check_label_efficient,
 }

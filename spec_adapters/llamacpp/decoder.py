@@ -31,8 +31,10 @@ rows (:meth:`~spec_adapters.llamacpp.target.GGUFTarget.row_prices`, about a seco
 learner's round costs ``c_i(k)`` start from them instead of from nothing, and the rounds are
 cut by :mod:`spec_adapters.selection.abstention`: drafter ``i``'s ``k``-token draft is played
 only where its expected accepted tokens ``A_i(k)`` (counterfactual, this request's shrunk to
-the stream's with the weight of ``prior_rounds`` rounds) pay what its rows add to a plain step,
-``tau A_i(k) > T(1 + D_i(k)) - T(1)`` (``tau``: seconds per token so far). Before any round is
+the stream's with the weight of ``prior_rounds`` rounds) pay what its rows add to a plain step
+and the drafting a played round runs (every drafter's proposal, timed),
+``tau A_i(k) > T(1 + D_i(k)) - T(1) + sum_j D_j`` (``tau``: seconds per token so far). Before
+any round is
 scored ``k = 0``; a stream none of whose drafts pays runs plain steps and drafts its
 counterfactuals on a ``probe`` share of rounds only (it must see a request turn repetitive).
 On the shipped Q4_1 file a row costs most of a step here (docs/benchmark.md), so the learner
@@ -226,8 +228,8 @@ class LlamaCppDecoder:
             t1 = time.perf_counter()
             draft = []                                                        # 2 draft
             if evaluate:
-                drafts, confidence = propose_all(self.drafters, np.asarray(seq, np.int64),
-                                                 self.K)
+                drafts, confidence, drafting = propose_all(
+                    self.drafters, np.asarray(seq, np.int64), self.K)
                 lengths = self.rules.lengths(confidence)
                 # the rule's cut, then what pays (nothing scored yet: k = 0)
                 k = 0 if gain is None else paying_k(gain[i], int(lengths[i, r]))
@@ -271,8 +273,9 @@ class LlamaCppDecoder:
                 evaluated, rescore = evaluated + 1, True
             t4 = time.perf_counter()
             self.costs.observe_target(len(draft) + 1, t3 - t2)
-            if draft:
-                self.costs.observe_draft(i, len(draft), (t2 - t1) / len(self.drafters))
+            if evaluate:
+                for j, sec in enumerate(drafting):
+                    self.costs.observe_draft(j, self.K, sec)
             self.costs.observe_overhead((t1 - t0) + (t4 - t3))
             self.costs.observe_round(t4 - t0, len(new))
             for key, s in (("select", t1 - t0), ("draft", t2 - t1), ("target", t3 - t2),
@@ -309,7 +312,8 @@ class LlamaCppDecoder:
         """Every expert's expected gain in seconds over a plain step
         (:func:`~spec_adapters.selection.abstention.expected_gains`), what a round drafting
         ``d`` tokens adds being ``T(1 + d) - T(1)`` (never negative, never falling with
-        ``d``); ``None`` before any round is scored. :meth:`generate` asks again only when a
+        ``d``) and drafting at all costing every drafter's proposal; ``None`` before any
+        round is scored. :meth:`generate` asks again only when a
         round is scored (the prices and ``tau`` it reads move slowly), so an abstaining stream
         pays nothing for it."""
         est = request.estimate(self.stream_book, self.prior_rounds)
@@ -318,7 +322,9 @@ class LlamaCppDecoder:
         curve = self.costs.target_curve()
         extra = np.maximum.accumulate(np.maximum(curve - curve[0], 0.0))
         tau = self.costs.time_per_token or float(self.costs.round_costs()[0, 0])
-        return expected_gains(*est, tau, extra)
+        # a played round runs every drafter: drafting at all costs all their proposals
+        drafting = self.K * float(np.nansum(self.costs.per_token))
+        return expected_gains(*est, tau, extra, drafting)
 
     def _check_prompt(self, prompt: Sequence[int]) -> list[int]:
         seq = [int(t) for t in prompt]

@@ -7,14 +7,19 @@ accepted token saves the batch ``tau`` seconds (its time per generated token). U
 Dinkelbach linearisation of :mod:`spec_adapters.selection.costs` drafting ``k`` tokens with drafter
 ``i`` beats not drafting iff
 
-.. math:: \\text{gain}_i(k) = \\tau\\, \\hat A_i(k) - b_D\\, \\hat D_i(k) > 0,
+.. math:: \\text{gain}_i(k) = \\tau\\, \\hat A_i(k) - b_D\\, \\hat D_i(k) - f_i > 0
+          \\quad (k > 0),
 
 ``A_i(k)`` the tokens it gets accepted (``AL_i(k) - 1``, point masses: the matched prefix,
-exact under greedy decoding, unbiased at a temperature) and ``D_i(k) = min(k, |draft_i|)`` the
-tokens it drafts. Both are means over the request's *evaluated* rounds (every drafter's draft
-scored on a coin drawn before the outcome, so an unbiased sample), shrunk towards the stream's
-means with the weight of ``m`` rounds (``prior_rounds``): a request that starts mid-stream
-decides from the stream's evidence at once instead of exploring from nothing,
+exact under greedy decoding, unbiased at a temperature), ``D_i(k) = min(k, |draft_i|)`` the
+tokens it drafts and ``f_i`` the price of drafting at all with drafter ``i``: its own proposal
+time plus the request's share of the step's price of speculating, ``c / B``
+(:class:`~spec_adapters.selection.costs.StepTimeModel`); a drafter whose expected gain does not
+cover them is not run. ``A`` and ``D`` are means over the request's *evaluated* rounds
+(every drafter's draft scored on a coin drawn before the outcome, so an unbiased sample),
+shrunk towards the stream's means with the weight of ``m`` rounds (``prior_rounds``): a
+request that starts mid-stream decides from the stream's evidence at once instead of
+exploring from nothing,
 
 .. math:: \\hat A_i(k) = (S^A_i(k) + m \\bar A_i(k)) / (n + m).
 
@@ -69,9 +74,10 @@ class AcceptanceBook:
 
 
 def expected_gains(accepted: np.ndarray, drafted: np.ndarray, tau: float,
-                   draft_s: float | np.ndarray) -> np.ndarray:
-    """``gain_i(k) = tau A_i(k) - draft_s D_i(k)`` of every expert, ``(N, K + 1)``, with
-    ``gain_i(0) = 0`` (not drafting is the reference).
+                   draft_s: float | np.ndarray, fixed_s: float | np.ndarray = 0.0
+                   ) -> np.ndarray:
+    """``gain_i(k) = tau A_i(k) - draft_s D_i(k) - fixed_s_i`` of every expert,
+    ``(N, K + 1)``, with ``gain_i(0) = 0`` (not drafting is the reference).
 
     Parameters
     ----------
@@ -84,10 +90,13 @@ def expected_gains(accepted: np.ndarray, drafted: np.ndarray, tau: float,
         ``(K + 1,)`` seconds that a round drafting ``d = 0 .. K`` tokens adds to a plain step,
         interpolated at ``D_hat`` (an engine that prices its rows one by one: in llama.cpp a
         second row may cost nothing and a third most of a step).
+    fixed_s : float or numpy.ndarray, default 0
+        Seconds that drafting at all costs (``k > 0``), for every drafter or ``(N,)`` one
+        each: proposal time, the share of the step's price of speculating.
     """
     extra = draft_s * drafted if np.ndim(draft_s) == 0 else \
         np.interp(drafted, np.arange(len(draft_s)), draft_s)
-    gain = tau * accepted - extra
+    gain = tau * accepted - extra - np.reshape(fixed_s, (-1, 1))
     gain[:, 0] = 0.0
     return gain
 

@@ -20,25 +20,29 @@ flattened the fitted slope (measured at 16 concurrent requests: 1.5 ms per token
 
 :class:`StepTimeModel` fits
 
-.. math:: T(R, D) = a + b_R R + b_D D
+.. math:: T(R, D) = a + b_R R + b_D D + c [D > 0]
 
-by exponentially weighted least squares over those ``(R, D, seconds)`` triples. A row and a
+by exponentially weighted least squares over those ``(R, D, seconds)`` triples. ``c`` is the
+price of speculating at all in a step (vLLM builds the draft's metadata and runs its rejection
+sampler only when some row drafted); it is told from ``a`` only where steps with and without
+drafts both occur, and is pulled to 0 (a ridge, ``a`` unpenalised) where they do not. A row and a
 drafted token cost about the same on a CPU (every position is one more row of every matmul);
 on a GPU a step is flat in the positions until the batch saturates it, and the two may differ
 (a row also costs attention over its whole context). The data often cannot tell ``b_R`` from
 ``b_D`` (a load where nobody drafts has ``D = 0`` throughout; a fixed concurrency has one
 ``R``), so the fit is penalised towards ``b_R = b_D`` with the weight of one step that drafted
-one token more than it had rows (``(b_D - b_R)^2``), and towards 0 with a vanishing weight (so
-that it is always defined): a drafted token is priced like a row until the steps show
-otherwise. ``a, b_R, b_D >= 0`` (a negative slope is refitted at 0).
+one token more than it had rows (``(b_D - b_R)^2``), and ``b_R, b_D, c`` towards 0 with a
+vanishing weight (so that it is always defined): a drafted token is priced like a row until
+the steps show otherwise. ``a, b_R, b_D, c >= 0`` (a negative one is refitted at 0).
 
 Batch-aware expert costs (:meth:`StepTimeModel.expert_costs`). A step of ``B`` requests,
 request ``r`` drafting ``k_r`` tokens, takes ``T = a + b_R B + b_D sum_r k_r`` and yields
 ``sum_r AL_r`` tokens. Charging request ``r``
 
-.. math:: c_r(k) = a / B + b_R + b_D k
+.. math:: c_r(k) = a / B + b_R + b_D k + (c / B) [k > 0]
 
-splits the step exactly (``sum_r c_r(k_r) = T``), so the batch's time per token
+splits the step exactly when every request drafts or none does (``sum_r c_r(k_r) = T``; when
+only some draft, the ``c`` of the step is undercharged), so the batch's time per token
 ``sum_r c_r / sum_r AL_r`` is minimised, Dinkelbach-linearised at the batch's time per token
 ``tau``, by each request minimising its own ``c_r(k) - tau AL_r(k)``: a draft pays when its
 expected accepted tokens exceed ``b_D k / tau``. With ``B = 1`` ``c(k)`` is
@@ -183,23 +187,29 @@ class StepTimeModel:
     decay : float, default 0.98
         Weight kept by the past at each new observation (effective memory ``1 / (1 - decay)``
         steps), so the fit follows load changes.
-    fixed : (a, b_R, b_D), optional
-        Seconds of the step, of a row and of a drafted token, used instead of the fit (a cost
-        table an operator sets, or a test); observations are then ignored.
+    fixed : (a, b_R, b_D) or (a, b_R, b_D, c), optional
+        Seconds of the step, of a row, of a drafted token and of speculating at all (0 when
+        not given), used instead of the fit (a cost table an operator sets, or a test);
+        observations are then ignored.
+    speculation_term : bool, default True
+        Fit ``c``; ``False``: ``c = 0`` (the model before it had the term; an ablation).
     """
 
-    def __init__(self, decay: float = 0.98,
-                 fixed: tuple[float, float, float] | None = None) -> None:
+    def __init__(self, decay: float = 0.98, fixed: tuple[float, ...] | None = None,
+                 speculation_term: bool = True) -> None:
         if not 0.0 < float(decay) < 1.0:
             raise ValueError(f"decay must be in (0, 1), got {decay!r}")
         if fixed is not None:
             fixed = tuple(float(x) for x in fixed)
-            if len(fixed) != 3 or not all(np.isfinite(x) and x >= 0 for x in fixed):
-                raise ValueError(f"fixed must be three finite seconds >= 0, got {fixed!r}")
+            if len(fixed) not in (3, 4) or not all(np.isfinite(x) and x >= 0 for x in fixed):
+                raise ValueError(f"fixed must be three or four finite seconds >= 0, got "
+                                 f"{fixed!r}")
+            fixed = (*fixed, 0.0)[:4]
         self.decay = float(decay)
         self.fixed = fixed
-        self._xx = np.zeros((3, 3))  # weighted sums of x x^T, x = (1, R, D)
-        self._xt = np.zeros(3)       # weighted sums of x t
+        self.speculation_term = bool(speculation_term)
+        self._xx = np.zeros((4, 4))  # weighted sums of x x^T, x = (1, R, D, [D > 0])
+        self._xt = np.zeros(4)       # weighted sums of x t
 
     @property
     def observed(self) -> bool:
@@ -212,48 +222,54 @@ class StepTimeModel:
         if not r >= 1 or not d >= 0 or not np.isfinite(t) or t < 0:
             raise ValueError(f"need rows >= 1, drafted >= 0 and finite seconds >= 0, got "
                              f"{rows!r}, {drafted!r}, {seconds!r}")
-        x = np.array([1.0, r, d])
+        x = np.array([1.0, r, d, float(d > 0 and self.speculation_term)])
         self._xx = self.decay * self._xx + np.outer(x, x)
         self._xt = self.decay * self._xt + x * t
         return self
 
-    def coefficients(self) -> tuple[float, float, float]:
-        """``(a, b_R, b_D)`` of ``T(R, D) = a + b_R R + b_D D``; zeros before any
-        observation."""
+    def coefficients(self) -> tuple[float, float, float, float]:
+        """``(a, b_R, b_D, c)`` of ``T(R, D) = a + b_R R + b_D D + c [D > 0]``; zeros before
+        any observation."""
         if self.fixed is not None:
             return self.fixed
         w = self._xx[0, 0]
         if w <= 0:
-            return 0.0, 0.0, 0.0
-        v = np.array([0.0, -1.0, 1.0])  # b_D - b_R
-        penalty = SAME * np.outer(v, v) + RIDGE * w * np.diag([0.0, 1.0, 1.0])
-        a, br, bd = np.linalg.solve(self._xx + penalty, self._xt)
-        if min(br, bd) < 0:  # refit with the negative slope(s) at 0
-            keep = [0] + [j for j, b in ((1, br), (2, bd)) if b >= 0]
+            return 0.0, 0.0, 0.0, 0.0
+        v = np.array([0.0, -1.0, 1.0, 0.0])  # b_D - b_R
+        penalty = SAME * np.outer(v, v) + RIDGE * w * np.diag([0.0, 1.0, 1.0, 1.0])
+        coef = np.linalg.solve(self._xx + penalty, self._xt)
+        if coef[1:].min() < 0:  # refit with the negative one(s) at 0
+            keep = [0] + [j for j in (1, 2, 3) if coef[j] >= 0]
             sub = np.ix_(keep, keep)
-            coef = np.zeros(3)
+            coef = np.zeros(4)
             coef[keep] = np.linalg.solve(self._xx[sub] + penalty[sub], self._xt[keep])
-            a, br, bd = coef
-        return max(float(a), 0.0), max(float(br), 0.0), max(float(bd), 0.0)
+        a, br, bd, c = (max(float(x), 0.0) for x in coef)
+        return a, br, bd, c
 
     def __call__(self, rows, drafted) -> np.ndarray:
         """Predicted seconds of a step of ``rows`` rows and ``drafted`` drafted tokens."""
-        a, br, bd = self.coefficients()
-        return a + br * np.asarray(rows, dtype=np.float64) \
-            + bd * np.asarray(drafted, dtype=np.float64)
+        a, br, bd, c = self.coefficients()
+        d = np.asarray(drafted, dtype=np.float64)
+        return a + br * np.asarray(rows, dtype=np.float64) + bd * d + c * (d > 0)
 
     def draft_seconds(self) -> float:
         """What one more drafted token adds to a step, priced conservatively:
         ``max(b_D, b_R)`` (module docstring, "Pricing a drafted token")."""
-        _a, br, bd = self.coefficients()
+        _a, br, bd, _c = self.coefficients()
         return max(br, bd)
 
+    def speculation_seconds(self, n_requests: int) -> float:
+        """One request's share of the price of speculating at all, ``c / B``."""
+        return self.coefficients()[3] / max(int(n_requests), 1)
+
     def expert_costs(self, n_requests: int, max_k: int) -> np.ndarray:
-        """``c(k) = a / B + b_R + b_D k`` for ``k = 0 .. K``: one request's share of a step of
-        ``B = n_requests`` requests when it drafts ``k`` tokens (module docstring)."""
+        """``c(k) = a / B + b_R + b_D k + (c / B) [k > 0]`` for ``k = 0 .. K``: one
+        request's share of a step of ``B = n_requests`` requests when it drafts ``k`` tokens
+        (module docstring)."""
         if isinstance(n_requests, bool) or int(n_requests) != n_requests or n_requests < 1:
             raise ValueError(f"n_requests must be an integer >= 1, got {n_requests!r}")
         if isinstance(max_k, bool) or int(max_k) != max_k or max_k < 0:
             raise ValueError(f"max_k must be an integer >= 0, got {max_k!r}")
-        a, br, bd = self.coefficients()
-        return a / int(n_requests) + br + bd * np.arange(int(max_k) + 1, dtype=np.float64)
+        a, br, bd, c = self.coefficients()
+        k = np.arange(int(max_k) + 1, dtype=np.float64)
+        return (a + c * (k > 0)) / int(n_requests) + br + bd * k

@@ -42,6 +42,7 @@ the names here end without ``Drafter`` for that reason.
 from __future__ import annotations
 
 import json
+import time
 from abc import ABC, abstractmethod
 from collections.abc import Iterable, Sequence
 from pathlib import Path
@@ -85,18 +86,22 @@ class PointDrafter(ABC):
 
 
 def propose_all(drafters: Sequence[PointDrafter], history: np.ndarray, k: int,
-                rows: Iterable[int] | None = None) -> tuple[np.ndarray, np.ndarray]:
-    """A round's draft table: ``(tokens, confidence)``, each ``(N, k)``, row ``i`` drafter
-    ``i``'s :meth:`~PointDrafter.propose` (tokens ``-1`` and confidence ``NaN`` from where it
-    drafted nothing), for the drafters in ``rows`` (default all; the others' rows stay
-    empty)."""
+                rows: Iterable[int] | None = None
+                ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """A round's draft table: ``(tokens, confidence, seconds)``, the first two ``(N, k)``, row
+    ``i`` drafter ``i``'s :meth:`~PointDrafter.propose` (tokens ``-1`` and confidence ``NaN``
+    from where it drafted nothing), ``seconds`` ``(N,)`` each drafter's proposal time, for the
+    drafters in ``rows`` (default all; the others' rows stay empty, their seconds ``NaN``)."""
     tokens = np.full((len(drafters), k), -1, np.int64)
     confidence = np.full((len(drafters), k), np.nan)
+    seconds = np.full(len(drafters), np.nan)
     for i in range(len(drafters)) if rows is None else rows:
+        start = time.perf_counter()
         got = drafters[i].propose(history, k)
+        seconds[i] = time.perf_counter() - start
         tokens[i, :len(got.tokens)] = got.tokens
         confidence[i, :len(got.tokens)] = got.confidence
-    return tokens, confidence
+    return tokens, confidence, seconds
 
 
 class PromptLookup(PointDrafter):

@@ -31,8 +31,12 @@ Keys (all optional)::
                                            # (0: from uniform, the paper)
      "probe": 0.1,                         # share of the rounds that abstain (no draft
                                            # pays) still scored with every drafter
-     "step_costs": null,                   # {"step_s", "row_s", "draft_s"}: a fixed
-                                           # step-time model instead of the learned one
+     "step_costs": null,                   # {"step_s", "row_s", "draft_s"[, "spec_s"]}:
+                                           # a fixed step-time model instead of the
+                                           # learned one
+     "drafting_price": true,               # the price of drafting at all in the gains: the
+                                           # step's c [D > 0] and each drafter's own
+                                           # proposal time (false: an ablation)
      "stats": "<file.json>",               # counters rewritten as it runs (telemetry)
      "idle_steps": 64,                     # a request absent this many steps is forgotten
      "seed": 0,
@@ -57,7 +61,8 @@ __all__ = ["ENV_VAR", "ProposerConfig", "config_from_mapping", "config_to_mappin
 
 ENV_VAR = "HEDGESPEC_VLLM_CONFIG"
 POLICIES = ("normalhedge", "hedge", "adahedge", "exp3spec", "ucbspec")
-STEP_COSTS = ("step_s", "row_s", "draft_s")  # the keys of "step_costs", in the model's order
+STEP_COSTS = ("step_s", "row_s", "draft_s", "spec_s")  # "step_costs", in the model's order;
+# "spec_s" (the step's price of speculating at all) optional
 
 
 @dataclass(frozen=True)
@@ -77,7 +82,8 @@ class ProposerConfig:
     feedback_budget: float = 0.02
     prior_rounds: int = 8
     probe: float = 0.1
-    step_costs: tuple[float, float, float] | None = None
+    step_costs: tuple[float, ...] | None = None
+    drafting_price: bool = True
     stats: str | None = None
     idle_steps: int = 64
     seed: int = 0
@@ -112,12 +118,12 @@ class ProposerConfig:
         if isinstance(pr, bool) or not isinstance(pr, int | float) or not 0 <= pr <= 1:
             bad(f"probe must be a number in [0, 1], got {pr!r}")
         sc = self.step_costs
-        if sc is not None and not (isinstance(sc, tuple) and len(sc) == 3 and all(
+        if sc is not None and not (isinstance(sc, tuple) and len(sc) in (3, 4) and all(
                 isinstance(x, int | float) and not isinstance(x, bool) and 0 <= x < float("inf")
                 for x in sc)):
-            bad(f"step_costs must be an object of three finite seconds >= 0 {list(STEP_COSTS)},"
-                f" got {sc!r}")
-        for name in ("cost_aware", "suffix"):
+            bad(f"step_costs must be an object of finite seconds >= 0 {list(STEP_COSTS)} "
+                f"(spec_s optional), got {sc!r}")
+        for name in ("cost_aware", "suffix", "drafting_price"):
             if not isinstance(getattr(self, name), bool):
                 bad(f"{name} must be true or false, got {getattr(self, name)!r}")
         for name in ("pool", "cache_dir", "trace", "stats"):
@@ -180,10 +186,10 @@ def config_from_mapping(raw: dict, source: str) -> ProposerConfig:
             raw[key] = tuple(raw[key])
     sc = raw.get("step_costs")
     if isinstance(sc, dict):
-        if sorted(sc) != sorted(STEP_COSTS):
+        if sorted(sc) not in (sorted(STEP_COSTS), sorted(STEP_COSTS[:3])):
             raise ValueError(f"{ENV_VAR} ({source}): step_costs must have the keys "
-                             f"{list(STEP_COSTS)}, got {sorted(sc)}")
-        raw["step_costs"] = tuple(sc[k] for k in STEP_COSTS)
+                             f"{list(STEP_COSTS)} (spec_s optional), got {sorted(sc)}")
+        raw["step_costs"] = tuple(sc[k] for k in STEP_COSTS if k in sc)
     if "pool_settings" in raw:
         try:
             raw["pool_settings"] = NGramPoolSettings.from_mapping(raw["pool_settings"])
@@ -200,5 +206,5 @@ def config_to_mapping(config: ProposerConfig) -> dict:
     out["prompt_lookup"] = list(config.prompt_lookup)
     out["stop_rules"] = list(config.stop_rules)
     if config.step_costs is not None:
-        out["step_costs"] = dict(zip(STEP_COSTS, config.step_costs, strict=True))
+        out["step_costs"] = dict(zip(STEP_COSTS, config.step_costs, strict=False))
     return out

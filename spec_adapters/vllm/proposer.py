@@ -202,12 +202,14 @@ class HedgeSpecProposer:
         self.n_experts = len(drafters) * (len(self.rules) if self.rules else 1)
         self._policy_spec = self._resolve_policy(config)
         make_policy(self._policy_spec, self.n_experts)  # fail now, not at the first request
-        self.step_time = StepTimeModel(fixed=config.step_costs)
+        self.step_time = StepTimeModel(fixed=config.step_costs,
+                                       speculation_term=config.drafting_price)
         self.stream_book = AcceptanceBook(len(drafters), k_max)
         self.stats = ProposerStats(self.names, config.stats)
         self.tau: float | None = None  # the batch's seconds per generated token (EMA)
         self.step_s: float | None = None  # seconds per engine step (EMA)
         self.drafting_s: float | None = None  # every drafter drafting for one row (EMA)
+        self.propose_s = np.full(len(drafters), np.nan)  # each drafter's proposal (EMA)
         self.scoring_s: float | None = None  # scoring one evaluated round (EMA)
         self.rounds = {"played": 0, "evaluated": 0}
         self.stream = NormalHedge(self.n_experts) \
@@ -280,6 +282,7 @@ class HedgeSpecProposer:
             self.step_s = _ema(self.step_s, seconds)
         costs = self.step_time.expert_costs(max(len(live), 1), self.K)
         draft_s = self.step_time.draft_seconds()
+        fixed_s = self._drafting_price(max(len(live), 1))
         evaluate = self.evaluation_probability(len(live))
         out, played = [], []
         for row in rows:
@@ -288,7 +291,7 @@ class HedgeSpecProposer:
                 continue
             st, buf, _sampled = row
             self._feed(st, buf)
-            drafter, draft = self._draft(st, buf, costs, draft_s, evaluate)
+            drafter, draft = self._draft(st, buf, costs, draft_s, fixed_s, evaluate)
             out.append(draft)
             played.append((drafter, len(draft)))
         self._forget_idle(claimed)
@@ -390,8 +393,17 @@ class HedgeSpecProposer:
             self.scoring_s = _ema(self.scoring_s, spent)
             self.stats.evaluation_s += spent
 
+    def _drafting_price(self, n_rows: int) -> np.ndarray | float:
+        """Each drafter's price of drafting at all (``f_i`` of
+        :mod:`~spec_adapters.selection.abstention`): its proposal time (EMA; unmeasured: 0)
+        plus the row's share of the step's price of speculating; 0 with ``drafting_price``
+        off."""
+        if not self.config.drafting_price:
+            return 0.0
+        return np.nan_to_num(self.propose_s) + self.step_time.speculation_seconds(n_rows)
+
     def _draft(self, st: RequestState, buf: np.ndarray, costs: np.ndarray, draft_s: float,
-               evaluate: float) -> tuple[int | None, list[int]]:
+               fixed_s: np.ndarray | float, evaluate: float) -> tuple[int | None, list[int]]:
         """``(drafter, draft)``: the played expert's drafter and draft, cut to the length that
         pays at this load (:mod:`spec_adapters.selection.abstention`; empty: it abstains). With
         probability ``evaluate`` (full-information policies; times ``probe`` where no expert
@@ -400,7 +412,7 @@ class HedgeSpecProposer:
         plays no round at all (drafter ``None``). A bandit policy's round keeps its own draft
         only."""
         K, n = self.K, len(buf)
-        gain = self._gains(st, draft_s)
+        gain = self._gains(st, draft_s, fixed_s)
         abstain = gain is not None and gain.max() <= 0  # no expert of this request pays
         full = st.policy.full_information and \
             st.rng.random() < evaluate * (self.config.probe if abstain else 1.0)
@@ -411,8 +423,11 @@ class HedgeSpecProposer:
             i, r = divmod(arm, len(self.rules)) if self.rules else (arm, None)
             start = time.perf_counter()
             pays = gain is None or gain[i].max() > 0  # some length of drafter i pays
-            drafts, confidence = propose_all(self.drafters, buf, K,
-                                             None if full else (i,) if pays else ())
+            drafts, confidence, seconds = propose_all(self.drafters, buf, K,
+                                                      None if full else (i,) if pays else ())
+            ran = ~np.isnan(seconds)
+            self.propose_s[ran] = np.where(np.isnan(self.propose_s[ran]), seconds[ran],
+                                           0.8 * self.propose_s[ran] + 0.2 * seconds[ran])
             lengths = self.rules.lengths(confidence) if self.rules else None
             k = K if r is None else int(lengths[i, r])
             if gain is not None:
@@ -437,14 +452,15 @@ class HedgeSpecProposer:
             self._write_trace(st, i, len(st.draft), full, costs)
         return i, st.draft
 
-    def _gains(self, st: RequestState, draft_s: float) -> np.ndarray | None:
+    def _gains(self, st: RequestState, draft_s: float, fixed_s: np.ndarray | float
+               ) -> np.ndarray | None:
         """Every expert's expected gain at this load (:func:`expected_gains`), ``None`` where
         the cost-aware abstention does not apply (a bandit, ``cost_aware`` off) or nothing is
         known yet (no step timed, no round scored)."""
         if not (self.config.cost_aware and st.policy.full_information) or self.tau is None:
             return None
         est = st.acceptance.estimate(self.stream_book, self.config.prior_rounds)
-        return None if est is None else expected_gains(*est, self.tau, draft_s)
+        return None if est is None else expected_gains(*est, self.tau, draft_s, fixed_s)
 
     def _write_trace(self, st: RequestState, drafter: int | None, k: int, evaluated: bool,
                      costs: np.ndarray) -> None:

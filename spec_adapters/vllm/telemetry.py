@@ -13,7 +13,7 @@ file atomically (temporary file + rename) every :data:`WRITE_EVERY` steps::
                      drafter, scoring every expert, updating the learners),
      "overhead": propose_s / step_s,
      "evaluated": rounds scored with every drafter's draft,
-     "step_model": {"step_s", "row_s", "draft_s"} the fitted step-time model,
+     "step_model": {"step_s", "row_s", "draft_s", "spec_s"} the fitted step-time model,
      "drafters": {name: {"chosen": rows it drafted for,
                          "chosen_share": chosen / rows,
                          "acceptance": counterfactual mean accepted tokens of its K-token
@@ -45,15 +45,15 @@ class ProposerStats:
         self.propose_s = self.step_s = self.evaluation_s = 0.0
         self.chosen = np.zeros(len(names), np.int64)
         self.accepted_at_k = np.zeros(len(names))  # summed over evaluated rounds
-        self.step_model = (0.0, 0.0, 0.0)
+        self.step_model = (0.0, 0.0, 0.0, 0.0)
 
     def step(self, seconds: float | None, propose_s: float,
              played: list[tuple[int | None, int]],
-             step_model: tuple[float, float, float]) -> None:
+             step_model: tuple[float, float, float, float]) -> None:
         """One decode step: its length (``None``: unknown, the first or after an idle gap),
         the time spent proposing, per running row ``(drafter, tokens drafted)`` (``None``: no
         round played), and the
-        step-time model's ``(a, b_R, b_D)``."""
+        step-time model's ``(a, b_R, b_D, c)``."""
         self.steps += 1
         self.propose_s += propose_s
         if seconds is not None:
@@ -75,7 +75,7 @@ class ProposerStats:
         self.accepted_at_k += accepted_at_k
 
     def as_dict(self) -> dict:
-        a, br, bd = self.step_model
+        a, br, bd, c = self.step_model
         return {
             "steps": self.steps, "steps_drafted": self.steps_drafted, "rows": self.rows,
             "rows_drafted": self.rows_drafted, "drafted_tokens": self.drafted_tokens,
@@ -83,7 +83,7 @@ class ProposerStats:
             "evaluation_s": self.evaluation_s,
             "overhead": self.propose_s / self.step_s if self.step_s > 0 else None,
             "evaluated": self.evaluated,
-            "step_model": {"step_s": a, "row_s": br, "draft_s": bd},
+            "step_model": {"step_s": a, "row_s": br, "draft_s": bd, "spec_s": c},
             "drafters": {n: {"chosen": int(self.chosen[j]),
                              "chosen_share": self.chosen[j] / self.rows if self.rows else 0.0,
                              "acceptance": (self.accepted_at_k[j] / self.evaluated

@@ -21,7 +21,7 @@ def test_quick_run_passes_every_check(capsys):
     rows = cli.run(None, Settings(quick=True, draws_scale=0.2))
     failed = [r.check + ": " + r.measured for r in rows if not r.passed]
     assert not failed, failed
-    assert {r.check.split()[0] for r in rows} == {"1", "2", "3", "4", "5", "6"}
+    assert {r.check.split()[0] for r in rows} == {"1", "2", "3", "4", "5", "6", "7", "8"}
     assert any(r.check == "3 sampler MC" for r in rows)
     code = cli.main(["--quick", "--json", "--only", "theorem2"])
     report = json.loads(capsys.readouterr().out)
@@ -76,3 +76,21 @@ def test_a_coupled_rule_that_draws_its_rejection_from_other_noise_fails_check_6(
     monkeypatch.setattr(sampling, "_coupled_rule", other_noise)
     rows = {r.check: r for r in check_seeded(Settings(quick=True))}
     assert not rows["6 seeded identical"].passed
+
+
+def test_a_rule_scored_at_the_wrong_length_fails_check7(monkeypatch):
+    """A stop rule's loss gathered one token past its length: the rule's counterfactual no
+    longer matches what it gets accepted when played."""
+    import numpy as np
+
+    from proofs_check.check_stoprules import check_stoprules
+    from spec_adapters.selection.stop_rules import StopRules
+
+    right = StopRules.losses
+
+    def one_past(self, length_losses, lengths):
+        return right(self, length_losses, np.minimum(lengths + 1, self.K))
+
+    monkeypatch.setattr(StopRules, "losses", one_past)
+    rows = {r.check: r.passed for r in check_stoprules(Settings(quick=True))}
+    assert not rows["7 stop rules greedy"] and not rows["7 stop rules sampling"]

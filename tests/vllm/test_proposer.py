@@ -204,7 +204,7 @@ def test_damaged_npz_is_refused_naming_the_file(tmp_path, damage, problem):
     ('{"pool_settings": [3]}', "pool_settings: expected an object, got list"),
     ('{"probe": 1.5}', r"probe must be a number in \[0, 1\]"),
     ('{"step_costs": {"step_s": 0.1}}', "step_costs must have the keys"),
-    ('{"step_costs": {"step_s": 0.1, "row_s": -1, "draft_s": 0}}', "three finite seconds"),
+    ('{"step_costs": {"step_s": 0.1, "row_s": -1, "draft_s": 0}}', "finite seconds >= 0"),
     ('{"stats": 3}', "stats must be a file name or null, got 3"),
 ])
 def test_bad_settings_name_the_problem(tmp_path, text, match):

@@ -25,13 +25,19 @@ __all__ = ["ABLATIONS", "LEARNERS", "LOAD_TARGETS", "TARGETS", "VLLM_LABELS", "V
 
 LEARNERS = ("plain", "ngram", "suffix", "suffix-k", "hedgespec", "exp3spec", "ucbspec")
 # HedgeSpec with one of its parts off (the ablation rows): method -> its proposer settings
-ABLATIONS = {"hedgespec-lengths": {"stop_rules": [0.0]}}
+ABLATIONS = {"hedgespec-lengths": {"stop_rules": [0.0]},
+             "hedgespec-unpriced": {"drafting_price": False},
+             "hedgespec-allscored": {"feedback_budget": 1.0}}
 VLLM_LABELS = {"plain": "vLLM plain", "ngram": "vLLM ngram",
                "suffix": "vLLM suffix (Arctic Inference, its depth 24)",
                "suffix-k": "vLLM suffix", "exp3spec": "EXP3Spec proposer",
                "hedgespec": "HedgeSpec proposer (NormalHedge, cost-aware)",
                "ucbspec": "UCBSpec proposer",
-               "hedgespec-lengths": "HedgeSpec, stop rules off ((drafter, k) experts)"}
+               "hedgespec-lengths": "HedgeSpec, stop rules off ((drafter, k) experts)",
+               "hedgespec-unpriced": "HedgeSpec, drafting price off (no c [D > 0], no "
+                                     "proposal time)",
+               "hedgespec-allscored": "HedgeSpec, label-efficient scoring off (every round "
+                                      "scored)"}
 # issue 12's targets: (name, method, reference, concurrency; None = per domain, c = 1), goal
 TARGETS = (("one at a time, x vLLM ngram", "hedgespec", "ngram", 1, 1.25),
            ("one at a time, x vLLM plain", "hedgespec", "plain", 1, 1.6),

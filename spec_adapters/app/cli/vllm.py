@@ -80,8 +80,9 @@ def add_bench_vllm(sub) -> None:
     s.add_argument("--methods", type=comma_list, default=None,
                    help="comma-separated methods (plain, ngram, suffix and suffix-k (at most "
                         "K tokens): after `make vllm-suffix`, hedgespec, exp3spec, ucbspec, "
-                        "fixed:<drafter>; the ablation hedgespec-lengths: stop rules off; "
-                        "default: the preset's)")
+                        "fixed:<drafter>; ablations: hedgespec-lengths (stop rules off), "
+                        "hedgespec-unpriced (drafting price off), hedgespec-allscored (every "
+                        "round scored); default: the preset's)")
     s.add_argument("--concurrencies", type=ints_arg(1), default=None,
                    help="comma-separated concurrencies, e.g. 1,4,16 (default: the preset's)")
     s.add_argument("--arrival-rates", type=distinct_list(float_arg(0.0, lo_open=True)),

@@ -45,3 +45,18 @@ def test_a_priced_curve_charges_each_draft_what_its_rows_add():
     assert paying_k(gain[0], 3) == 1
     np.testing.assert_allclose(expected_gains(acc, drafted, 0.01, np.array([0, 1, 2, 3]) * 1e-3),
                                expected_gains(acc, drafted, 0.01, 1e-3))
+
+
+def test_the_price_of_drafting_at_all_keeps_a_drafter_that_does_not_cover_it_idle():
+    """f_i: a drafter's proposal time and the step's price of speculating, charged once for
+    any k > 0; a drafter whose best gain does not cover it is not run."""
+    acc = np.array([[0.0, 0.9, 1.6], [0.0, 0.9, 1.6]])
+    drafted = np.array([np.arange(3.0), np.arange(3.0)])
+    free = expected_gains(acc, drafted, tau=0.01, draft_s=0.001)
+    priced = expected_gains(acc, drafted, tau=0.01, draft_s=0.001,
+                            fixed_s=np.array([0.002, 0.02]))  # the second drafts slowly
+    np.testing.assert_allclose(priced[:, 1:], free[:, 1:] - [[0.002], [0.02]])
+    assert (priced[:, 0] == 0).all()
+    assert paying_k(priced[0], 2) == 2 and paying_k(priced[1], 2) == 0
+    np.testing.assert_allclose(expected_gains(acc, drafted, 0.01, 0.001, 0.002)[:, 1:],
+                               free[:, 1:] - 0.002)  # one price for every drafter

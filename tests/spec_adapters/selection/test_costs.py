@@ -12,42 +12,55 @@ from spec_adapters.selection.costs import StepCosts, StepTimeModel
 from spec_adapters.selection.experts import expert_losses
 
 
-def _fitted(a: float, br: float, bd: float | None = None, seed: int = 0) -> StepTimeModel:
-    """A model fed 200 steps of a true ``a + br R + bd D`` (``bd`` None: nobody drafts)."""
-    model, rng = StepTimeModel(), np.random.default_rng(seed)
+def _fitted(a: float, br: float, bd: float | None = None, seed: int = 0, c: float = 0.0,
+            **options) -> StepTimeModel:
+    """A model fed 200 steps of a true ``a + br R + bd D + c [D > 0]`` (``bd`` None: nobody
+    drafts)."""
+    model, rng = StepTimeModel(**options), np.random.default_rng(seed)
     for _ in range(200):
         rows = int(rng.integers(1, 17))
         drafted = 0 if bd is None else int(rng.integers(0, 4 * rows + 1))
-        model.observe(rows, drafted, a + br * rows + (bd or 0.0) * drafted)
+        model.observe(rows, drafted, a + br * rows + (bd or 0.0) * drafted + c * (drafted > 0))
     return model
 
 
 def test_step_model_tells_a_row_from_a_drafted_token_when_the_steps_do():
-    np.testing.assert_allclose(_fitted(0.02, 0.003, 0.001).coefficients(), (0.02, 0.003, 0.001),
-                               rtol=1e-2)
+    np.testing.assert_allclose(_fitted(0.02, 0.003, 0.001).coefficients(),
+                               (0.02, 0.003, 0.001, 0.0), rtol=1e-2, atol=1e-5)
     np.testing.assert_allclose(_fitted(0.01, 0.0005, 0.002).coefficients(),
-                               (0.01, 0.0005, 0.002), rtol=1e-2)
+                               (0.01, 0.0005, 0.002, 0.0), rtol=1e-2, atol=1e-5)
+
+
+def test_step_model_finds_the_price_of_speculating_at_all():
+    """c [D > 0]: a step where any row drafted costs c more, whatever it drafted."""
+    model = _fitted(0.02, 0.003, 0.001, c=0.008)
+    np.testing.assert_allclose(model.coefficients(), (0.02, 0.003, 0.001, 0.008), rtol=1e-2)
+    assert model.speculation_seconds(4) == pytest.approx(0.002, rel=1e-2)
+    costs = model.expert_costs(4, 2)  # the request's share: c / B once it drafts
+    np.testing.assert_allclose(np.diff(costs), [0.001 + 0.002, 0.001], rtol=2e-2)
+    blind = _fitted(0.02, 0.003, 0.001, c=0.008, speculation_term=False)
+    assert blind.coefficients()[3] == 0.0  # the ablation: no term, its price spread elsewhere
 
 
 def test_a_drafted_token_is_priced_like_a_row_until_the_steps_show_otherwise():
-    a, br, bd = _fitted(0.02, 0.003).coefficients()  # D = 0 in every step
-    np.testing.assert_allclose((a, br), (0.02, 0.003), rtol=1e-6)
+    a, br, bd, c = _fitted(0.02, 0.003).coefficients()  # D = 0 in every step
+    np.testing.assert_allclose((a, br, c), (0.02, 0.003, 0.0), rtol=1e-6, atol=1e-9)
     assert bd == pytest.approx(br, rel=1e-6)
     one = StepTimeModel().observe(4, 0, 0.05)  # one kind of step: only T(4, 0) is known
     assert one(4, 0) == pytest.approx(0.05, rel=1e-6)
-    assert StepTimeModel().coefficients() == (0.0, 0.0, 0.0)
+    assert StepTimeModel().coefficients() == (0.0, 0.0, 0.0, 0.0)
 
 
 def test_a_fixed_step_model_ignores_the_steps_and_bad_input_is_named():
     model = StepTimeModel(fixed=(0.01, 0.002, 0.5)).observe(3, 2, 9.0)
-    assert model.coefficients() == (0.01, 0.002, 0.5) and model.draft_seconds() == 0.5
+    assert model.coefficients() == (0.01, 0.002, 0.5, 0.0) and model.draft_seconds() == 0.5
     # a drafted token is priced no lower than a row (the fitted split is kept for the costs)
     cheap = StepTimeModel(fixed=(0.01, 0.004, 0.001))
     assert cheap.draft_seconds() == 0.004
     np.testing.assert_allclose(cheap.expert_costs(1, 2), [0.014, 0.015, 0.016])
     with pytest.raises(ValueError, match="need rows >= 1, drafted >= 0"):
         StepTimeModel().observe(0, 0, 0.1)
-    with pytest.raises(ValueError, match="fixed must be three finite seconds >= 0"):
+    with pytest.raises(ValueError, match="fixed must be three or four finite seconds >= 0"):
         StepTimeModel(fixed=(0.1, -1.0, 0.0))
 
 
