@@ -109,3 +109,22 @@ def test_numpy_acceptance_lengths_equal_theorem_3_in_torch_at_every_k(seed):
                                    rtol=0, atol=1e-12)
         np.testing.assert_allclose(paper[:, k], paper_acceptance_length(g).numpy(),
                                    rtol=0, atol=1e-12)
+
+
+def test_theorem3_in_numpy_agrees_with_the_torch_estimators():
+    """The selection core's acceptance lengths (numpy) and core.estimators' (torch) are one
+    formula: the full length and every truncation, paper and corrected."""
+    import torch
+
+    from spec_adapters.core.estimators import corrected_acceptance_length, paper_acceptance_length
+    from spec_adapters.selection.experts import acceptance_lengths
+
+    rng = np.random.default_rng(7)
+    gamma, rho = rng.random((6, 5)), rng.random((6, 5))
+    ours = acceptance_lengths(gamma, rho)
+    paper = acceptance_lengths(gamma)
+    for k in range(1, 6):
+        g, r = torch.from_numpy(gamma[:, :k]), torch.from_numpy(rho[:, :k])
+        np.testing.assert_allclose(ours[:, k], corrected_acceptance_length(g, r).numpy(),
+                                   rtol=1e-12)
+        np.testing.assert_allclose(paper[:, k], paper_acceptance_length(g).numpy(), rtol=1e-12)
