@@ -34,7 +34,7 @@ from spec_adapters.eagle import EagleHead, HedgeSpecDecoder, TreeConfig
 from spec_adapters.eagle.train_config import TrainConfig
 from spec_adapters.hf.models import load_target
 from spec_adapters.store.location import default_cache_dir
-from spec_adapters.vllm.pool_settings import NGramPoolSettings
+from spec_adapters.store.pool_settings import NGramPoolSettings
 
 
 def main(argv=None) -> None:

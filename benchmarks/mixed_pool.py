@@ -64,7 +64,7 @@ from spec_adapters.eagle.shipped import load_shipped
 from spec_adapters.hf.models import load_target
 from spec_adapters.hf.target import TargetModel
 from spec_adapters.store.location import default_cache_dir
-from spec_adapters.vllm.pool_settings import NGramPoolSettings
+from spec_adapters.store.pool_settings import NGramPoolSettings
 
 MODEL_FREE_FIXED = ("ngram-general", "prompt-lookup", "suffix")
 POOLS = ("model-free", "heads", "mixed")

@@ -68,7 +68,7 @@ def numba_kernels_compile():
     worker; ~2 s, numba's cache warm)."""
     from tests.native import run_child
 
-    run_child(["-c", "from spec_adapters.selection import ngram_kernel, suffix_index; "
+    run_child(["-c", "from spec_adapters.drafters import ngram_kernel, suffix_index; "
                      "ngram_kernel.warm_up(); suffix_index._warm_up()"],
               "the numba kernels", env={"OMP_NUM_THREADS": "1"})
 

@@ -66,7 +66,7 @@ from spec_adapters.app.corpora.sql import build_sql
 from spec_adapters.app.log import log as _log
 from spec_adapters.store.atomic import atomic_folder, build_lock, sweep
 from spec_adapters.store.integrity import CacheError, expect_digests, file_digests, verify_files
-from spec_adapters.vllm.pool_settings import DOMAINS  # one list: the default pool's
+from spec_adapters.store.pool_settings import DOMAINS  # one list: the default pool's
 
 __all__ = [
     "APT_PACKAGES",

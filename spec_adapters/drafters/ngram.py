@@ -37,7 +37,7 @@ miss: a longer context only occurs where its suffix does).
 lists that follow them (CSR layout, numpy arrays), built by one sort per order: ~1 M tokens take
 about a second. A prediction is a binary search per order, a scan of the query's tokens (with
 ``context_weight``) and work linear in the continuations found, nothing of the vocabulary's
-size; both drafters run it compiled (:mod:`spec_adapters.selection.ngram_kernel`), one call per
+size; both drafters run it compiled (:mod:`spec_adapters.drafters.ngram_kernel`), one call per
 ``extend`` and, greedy, one per ``propose``.
 """
 
@@ -55,7 +55,7 @@ import torch
 
 from spec_adapters.core.proposal import Base, PointMass, Proposal, Sparse
 from spec_adapters.drafters.base import check_k, sample_draft
-from spec_adapters.selection.ngram_kernel import (
+from spec_adapters.drafters.ngram_kernel import (
     NGramTables,
     context_keys,
     greedy_draft,

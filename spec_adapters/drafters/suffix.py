@@ -1,8 +1,8 @@
 """Suffix drafting behind the :class:`~spec_adapters.drafters.Drafter` protocol (SuffixDecoding,
 Oliaro et al. 2024; vLLM's ``suffix`` method).
 
-The index and the rule are :mod:`spec_adapters.selection.suffix_index` (numpy; shared with the
-point-mass :class:`~spec_adapters.selection.point_drafters.SuffixDraft` of the engines without
+The index and the rule are :mod:`spec_adapters.drafters.suffix_index` (numpy; shared with the
+point-mass :class:`~spec_adapters.drafters.point.SuffixDraft` of the engines without
 distributions). :class:`SuffixDrafter` learns from the stream: at ``start`` of a new query the
 previous query's full context (prompt + verified tokens) is committed to the memory.
 """
@@ -16,8 +16,8 @@ import torch
 
 from spec_adapters.core.proposal import Base, Sparse
 from spec_adapters.drafters.base import check_k, sample_draft
-from spec_adapters.selection.ngram_kernel import sparse_argmax
-from spec_adapters.selection.suffix_index import (
+from spec_adapters.drafters.ngram_kernel import sparse_argmax
+from spec_adapters.drafters.suffix_index import (
     MAX_DEPTH,
     MAX_TOKENS,
     Continuations,

@@ -60,16 +60,15 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from spec_adapters.drafters.point import PointDrafter, propose_all
 from spec_adapters.llamacpp.sampling_chain import draw_token
 from spec_adapters.llamacpp.target import GGUFTarget
 from spec_adapters.selection import (
-    PointDrafter,
     RoundBook,
     StepCosts,
     StopRules,
     acceptance_lengths,
     make_policy,
-    propose_all,
     window_losses,
 )
 from spec_adapters.selection.abstention import AcceptanceBook, expected_gains, paying_k
@@ -107,7 +106,7 @@ class LlamaCppDecoder:
     ----------
     target : GGUFTarget
     drafters : list of PointDrafter
-        Model-free point-mass drafters (:mod:`spec_adapters.selection.point_drafters`); a
+        Model-free point-mass drafters (:mod:`spec_adapters.drafters.point`); a
         drafter with a ``vocab_size`` must share the target's.
     draft_length : int, default 4
         ``K``: the longest draft.

@@ -6,8 +6,8 @@ package owns the choice of drafter and draft length and what it learns from:
 
 ``book``            :class:`RoundBook`: the open rounds of a request and the verified positions
                     their windows read (per-position statistics or per-round point-mass drafts)
-``experts``         the experts (drafter, k) and a window's losses (:func:`window_losses`;
-                    Theorem 3's estimators, the Dinkelbach time loss)
+``experts``         the (drafter, k) losses of a window (:func:`window_losses`; Theorem 3's
+                    estimators, the Dinkelbach time loss)
 ``costs``           what a step costs, measured online: :class:`StepCosts` (one request at a
                     time), :class:`StepTimeModel` (a batch)
 ``abstention``      :class:`AcceptanceBook`, :func:`expected_gains`, :func:`paying_k`: draft only
@@ -15,10 +15,10 @@ package owns the choice of drafter and draft length and what it learns from:
 ``stop_rules``      :class:`StopRules`: (drafter, stop rule) experts, a rule cutting a draft where
                     its running confidence falls below a threshold
 ``policies``        :func:`make_policy`: HedgeSpec (NormalHedge...), the bandits, fixed
-``point_drafters``  the model-free point-mass drafters (prompt lookup, corpus n-gram, suffix)
-``ngram_kernel``, ``suffix_index``   their compiled kernels and indexes
 
-Importing it never imports torch (tested).
+The drafters it chooses among are :mod:`spec_adapters.drafters` (the point-mass ones, which
+the vLLM and llama.cpp engines use: :mod:`spec_adapters.drafters.point`). Importing it never
+imports torch (tested).
 """
 
 from __future__ import annotations
@@ -35,19 +35,10 @@ from spec_adapters.selection.experts import (
     n_experts,
     window_losses,
 )
-from spec_adapters.selection.point_drafters import (
-    CorpusNGram,
-    PointDrafter,
-    PromptLookup,
-    Proposal,
-    SuffixDraft,
-    propose_all,
-)
 from spec_adapters.selection.policies import make_policy
 from spec_adapters.selection.stop_rules import StopRules
 
-__all__ = ["LENGTH_LOSSES", "LOSSES", "AcceptanceBook", "CorpusNGram", "PointDrafter",
-           "PromptLookup", "Proposal", "RoundBook", "StepCosts", "StepTimeModel", "StopRules",
-           "SuffixDraft", "Window",
-           "acceptance_lengths", "expected_gains", "expert_losses", "expert_of", "greedy_stats",
-           "make_policy", "n_experts", "paying_k", "propose_all", "window_losses"]
+__all__ = ["LENGTH_LOSSES", "LOSSES", "AcceptanceBook", "RoundBook", "StepCosts",
+           "StepTimeModel", "StopRules", "Window", "acceptance_lengths", "expected_gains",
+           "expert_losses", "expert_of", "greedy_stats", "make_policy", "n_experts", "paying_k",
+           "window_losses"]

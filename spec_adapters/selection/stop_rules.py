@@ -1,7 +1,7 @@
 """Stop rules as experts: (drafter, stop rule) pairs, each scored for free from a round's window.
 
 A drafter's draft of up to ``K`` tokens comes with a confidence ``c_j`` per token
-(:mod:`spec_adapters.selection.point_drafters`). A *stop rule* ``r = (theta, cap)`` keeps the
+(:mod:`spec_adapters.drafters.point`). A *stop rule* ``r = (theta, cap)`` keeps the
 longest prefix whose running confidence stays at or above the threshold, at most ``cap``
 tokens:
 

@@ -54,7 +54,7 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 
 from spec_adapters.selection.stop_rules import THRESHOLDS, StopRules
-from spec_adapters.vllm.pool_settings import NGramPoolSettings
+from spec_adapters.store.pool_settings import NGramPoolSettings
 
 __all__ = ["ENV_VAR", "ProposerConfig", "config_from_mapping", "config_to_mapping", "load_config",
            "read_config_file"]

@@ -66,7 +66,7 @@ length at temperature > 0 (``python -m proofs_check --only pointmass``), so ever
 loss comes from the tokens alone.
 
 State: everything the learner keeps is per request (:class:`RequestState`). The suffix drafter's
-memory (``"suffix": true``, :class:`~spec_adapters.selection.point_drafters.SuffixDraft`) is
+memory (``"suffix": true``, :class:`~spec_adapters.drafters.point.SuffixDraft`) is
 deliberately global: when the proposer frees a finished request's state, the request's tokens
 (prompt + output) are committed to it, so later requests draft from earlier answers. Feedback
 never recomputes a draft: a round records every drafter's draft when it is made, so a commit
@@ -87,17 +87,17 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from onlinelearn.normalhedge import NormalHedge
+from spec_adapters.drafters.point import PromptLookup, SuffixDraft, propose_all
+from spec_adapters.drafters.pool_folder import load_pool_folder
 from spec_adapters.selection.abstention import AcceptanceBook, expected_gains, paying_k
 from spec_adapters.selection.book import RoundBook
 from spec_adapters.selection.costs import StepTimeModel
 from spec_adapters.selection.experts import acceptance_lengths, window_losses
-from spec_adapters.selection.point_drafters import PromptLookup, SuffixDraft, propose_all
 from spec_adapters.selection.policies import make_policy
 from spec_adapters.selection.stop_rules import StopRules
+from spec_adapters.store.target_pool import pool_folder
 from spec_adapters.vllm import sampling_fix
 from spec_adapters.vllm.config import ENV_VAR, ProposerConfig, load_config
-from spec_adapters.vllm.drafters import load_pool_folder
-from spec_adapters.vllm.target_pool import pool_folder
 from spec_adapters.vllm.telemetry import ProposerStats
 
 __all__ = ["HedgeSpecProposer", "RequestState"]

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from spec_adapters.vllm.pool_settings import NGramPoolSettings
+from spec_adapters.store.pool_settings import NGramPoolSettings
 
 USELESS = [[0, 1, 2]]  # the generalist's corpus when a test wants only its specialists to draft
 

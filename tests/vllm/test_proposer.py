@@ -15,10 +15,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from spec_adapters.selection import PointDrafter
+from spec_adapters.drafters.point import PointDrafter
+from spec_adapters.drafters.pool_folder import load_pool_folder
+from spec_adapters.store.pool_settings import NGramPoolSettings
 from spec_adapters.vllm.config import ProposerConfig, load_config
-from spec_adapters.vllm.drafters import load_pool_folder
-from spec_adapters.vllm.pool_settings import NGramPoolSettings
 from spec_adapters.vllm.proposer import HedgeSpecProposer
 from tests.vllm.pool_files import write_pool
 
@@ -344,7 +344,7 @@ def test_default_pool_is_the_folder_the_application_builds_and_is_loaded(tmp_pat
     from transformers import AutoTokenizer, LlamaForCausalLM
 
     from spec_adapters.app.pool.cache import pool_dir
-    from spec_adapters.vllm.target_pool import pool_folder
+    from spec_adapters.store.target_pool import pool_folder
     from tests.vllm.engine_run import tiny_llama, tiny_tokenizer
 
     model_dir = tiny_tokenizer(tiny_llama(tmp_path / "tiny", vocab_size=V), vocab_size=V)

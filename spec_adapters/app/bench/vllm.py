@@ -256,7 +256,7 @@ def run_bench_vllm(target: Path, tokenizer, domains: dict, pool: Path, cfg: Vllm
     domains : dict name -> Domain
         The benchmark prompts are ``Domain.prompts``.
     pool : Path
-        The target's pool folder (:func:`spec_adapters.vllm.target_pool.pool_folder`), holding
+        The target's pool folder (:func:`spec_adapters.store.target_pool.pool_folder`), holding
         the pool ``hedgespec train-drafters`` builds by default.
     cfg : VllmBenchConfig
     out_dir : path-like

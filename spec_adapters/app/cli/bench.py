@@ -160,7 +160,7 @@ def _bench_llamacpp(args: argparse.Namespace) -> int:
     from spec_adapters.app.domains import chat_ids
     from spec_adapters.app.pool.cache import load_pool
     from spec_adapters.app.pool.point_pool import point_pool
-    from spec_adapters.vllm.target_pool import loaded_target_id
+    from spec_adapters.store.target_pool import loaded_target_id
 
     cfg = LlamaCppBenchConfig()
     changes = {"queries_per_domain": args.queries_per_domain, "draft_length": args.draft_length,
@@ -262,7 +262,7 @@ def _demo_llamacpp(args: argparse.Namespace, model, tok, domains: dict, out: Pat
     from spec_adapters.app.pool.point_pool import point_pool
     from spec_adapters.llamacpp import GGUFTarget
     from spec_adapters.llamacpp.weight_choice import ALPHA, BUDGET, MARGIN
-    from spec_adapters.vllm.target_pool import loaded_target_id
+    from spec_adapters.store.target_pool import loaded_target_id
 
     if args.target is not None and Path(args.target).is_dir():
         _log("step 5/6: llama.cpp is skipped: it decodes GGUF files, and --target is a "

@@ -20,7 +20,7 @@ from spec_adapters.app.domains import DOMAINS, check_domain_names
 from spec_adapters.app.log import log as _log
 from spec_adapters.app.pool.config import PoolConfig
 from spec_adapters.eagle.train_config import TrainConfig
-from spec_adapters.vllm.pool_settings import NGramPoolSettings
+from spec_adapters.store.pool_settings import NGramPoolSettings
 
 __all__ = ["MAX_SEED", "MAX_THREADS", "UserError", "add_cache_options", "add_command",
            "add_pool_options", "add_size_options", "add_target_options",

@@ -164,7 +164,7 @@ def llamacpp_decoder(args: argparse.Namespace, model, tok) -> tuple:
     point masses)."""
     from spec_adapters.app.pool.point_pool import point_pool
     from spec_adapters.llamacpp import GGUFTarget, LlamaCppDecoder
-    from spec_adapters.vllm.target_pool import loaded_target_id
+    from spec_adapters.store.target_pool import loaded_target_id
 
     target = GGUFTarget(gguf_of(args), n_threads=args.threads or 2,
                         round_rows=args.draft_length + 1)

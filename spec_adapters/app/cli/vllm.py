@@ -109,7 +109,7 @@ def vllm_bench_of(args: argparse.Namespace, target: Path, tok, domains: dict, cf
     """:func:`spec_adapters.app.bench.vllm.run_bench_vllm` on the served ``target`` folder and
     its pool under ``args.cache_dir``, with ``args.threads`` (default ``min(2, cores)``)."""
     from spec_adapters.app.bench.vllm import run_bench_vllm
-    from spec_adapters.vllm.target_pool import pool_folder
+    from spec_adapters.store.target_pool import pool_folder
 
     return run_bench_vllm(target, tok, domains, pool_folder(target, args.cache_dir), cfg, out,
                           cache_dir=args.cache_dir,
@@ -161,7 +161,7 @@ def serve_llamacpp(args: argparse.Namespace) -> int:
     from spec_adapters.app.pool.point_pool import point_pool
     from spec_adapters.app.serve_llamacpp import LlamaCppServer
     from spec_adapters.llamacpp import GGUFTarget, LlamaCppDecoder
-    from spec_adapters.vllm.target_pool import loaded_target_id
+    from spec_adapters.store.target_pool import loaded_target_id
 
     extra = args.vllm_args[1:] if args.vllm_args[:1] == ["--"] else args.vllm_args
     if extra:

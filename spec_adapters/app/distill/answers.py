@@ -7,7 +7,8 @@ target's features). For each domain this asks the target the domain's training-s
 batches, until ``tokens_per_domain`` answer tokens: chat template, greedy, stopped at EOS or
 ``max_new_tokens``, left-padded batches (:func:`answer_batch`).
 
-Layout (``<out>/<target-id>/``, the target id of :func:`spec_adapters.vllm.target_pool.target_id`)::
+Layout (``<out>/<target-id>/``, the target id of
+:func:`spec_adapters.store.target_pool.target_id`)::
 
     manifest.json            target fingerprint, settings, per domain: answers, tokens,
                              the file's SHA-256; the command and the time it took
@@ -146,7 +147,7 @@ def answer_batch(model, tokenizer, prompts: Sequence[str], max_new_tokens: int) 
 def answers_folder(out_dir: str | os.PathLike, model, tokenizer) -> Path:
     """``<out_dir>/<target-id>``: one folder per target (by shape; the fingerprint inside
     tells targets of one shape apart)."""
-    from spec_adapters.vllm.target_pool import loaded_target_id
+    from spec_adapters.store.target_pool import loaded_target_id
 
     return Path(out_dir) / loaded_target_id(model, tokenizer)
 

@@ -52,7 +52,7 @@ from spec_adapters.app.pool.config import PoolConfig
 from spec_adapters.app.pool.entries import FORMAT, Entry, check_entry, remove_entry
 from spec_adapters.store.atomic import build_lock, sweep
 from spec_adapters.store.integrity import CacheError
-from spec_adapters.vllm.target_pool import loaded_target_id
+from spec_adapters.store.target_pool import loaded_target_id
 
 __all__ = ["FORMAT", "Pool", "PoolCorruptError", "build_pool", "describe",
            "load_pool", "pool_dir", "prompt_lookup"]

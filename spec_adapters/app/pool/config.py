@@ -7,7 +7,7 @@ from dataclasses import asdict, dataclass, field
 
 from spec_adapters.app.domains import check_domain_names
 from spec_adapters.eagle.train_config import TrainConfig
-from spec_adapters.vllm.pool_settings import NGramPoolSettings
+from spec_adapters.store.pool_settings import NGramPoolSettings
 
 __all__ = ["PoolConfig"]
 
@@ -29,7 +29,7 @@ class PoolConfig:
         The domains with a specialist (default all seven) and how every n-gram drafter is
         trained: context length, training tokens per drafter, the target's distilled answers
         in each corpus and their count weight, the request's own n-grams (the settings the
-        vLLM proposer finds the pool's entries by, :mod:`spec_adapters.vllm.pool_settings`).
+        vLLM proposer finds the pool's entries by, :mod:`spec_adapters.store.pool_settings`).
     eagle : TrainConfig or None
         How each EAGLE head (one per domain and a generalist) is trained; ``None`` builds no
         heads (docs/benchmark-history.md, "EAGLE heads": why the demo has none on 2 CPU cores).

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from spec_adapters.selection import PointDrafter, PromptLookup, SuffixDraft
-from spec_adapters.vllm.pool_settings import NGramPoolSettings
+from spec_adapters.drafters.point import PointDrafter, PromptLookup, SuffixDraft
+from spec_adapters.store.pool_settings import NGramPoolSettings
 
 __all__ = ["PROMPT_LOOKUP_SIZES", "point_pool"]
 
@@ -25,7 +25,7 @@ def point_pool(folder: str | Path, vocab_size: int,
     ValueError
         ``folder`` holds no complete n-gram pool, or one over another vocabulary.
     """
-    from spec_adapters.vllm.drafters import load_pool_folder
+    from spec_adapters.drafters.pool_folder import load_pool_folder
 
     return [*(PromptLookup(n) for n in PROMPT_LOOKUP_SIZES), SuffixDraft(),
             *load_pool_folder(folder, vocab_size, settings)]

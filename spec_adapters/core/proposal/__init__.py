@@ -28,7 +28,7 @@ tensor); temperature keeps a sparse mixture sparse in closed form (``q^{1/T}`` n
 the base tempered once and cached); top-k / top-p on a sparse mixture fall back to dense.
 Model-free drafters build their sparse rows in numpy (:meth:`Sparse.from_arrays`) with the
 argmax already found by the compiled
-:func:`~spec_adapters.selection.ngram_kernel.sparse_argmax` (the rule of :meth:`Sparse.argmax`),
+:func:`~spec_adapters.drafters.ngram_kernel.sparse_argmax` (the rule of :meth:`Sparse.argmax`),
 so greedy decoding turns them into point masses without building a tensor.
 :func:`draw` samples one row. :func:`check_distribution` validates dense probabilities.
 

@@ -1,6 +1,6 @@
 """The sparse form: ``v_j`` on a small support, ``lam_j b`` off it (n-gram mixtures), its
 :class:`Base`; its argmax compiled is
-:func:`spec_adapters.selection.ngram_kernel.sparse_argmax`."""
+:func:`spec_adapters.drafters.ngram_kernel.sparse_argmax`."""
 
 from __future__ import annotations
 
@@ -89,7 +89,7 @@ class Sparse(Rows):
         """``m`` rows of one drafter from numpy arrays: ``support`` ``(m, S)`` int64 (sorted,
         ``-1`` padding), ``values`` ``(m, S)`` float64, ``lam`` ``(m,)`` float64 and their
         argmax ``top`` ``(m,)`` by
-        :func:`~spec_adapters.selection.ngram_kernel.sparse_argmax` (the producer computes it).
+        :func:`~spec_adapters.drafters.ngram_kernel.sparse_argmax` (the producer computes it).
 
         The tensors (in the base's dtype, float32) are built only when first read: greedy
         decoding reads nothing but the argmax, so a model-free drafter's round builds no other

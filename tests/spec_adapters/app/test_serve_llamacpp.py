@@ -13,9 +13,9 @@ import gguf
 import pytest
 
 from spec_adapters.app.serve_llamacpp import LlamaCppServer, RequestError, parse_request
+from spec_adapters.drafters.point import PromptLookup, SuffixDraft
 from spec_adapters.llamacpp import GGUFTarget, LlamaCppDecoder, plain_generate
 from spec_adapters.llamacpp.tiny_gguf import write_tiny_gguf
-from spec_adapters.selection import PromptLookup, SuffixDraft
 
 # llama.cpp decodes in a child first: a crash fails these tests, not their worker
 pytestmark = pytest.mark.usefixtures("llama_cpp_decodes")

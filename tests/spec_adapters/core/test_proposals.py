@@ -33,9 +33,9 @@ from spec_adapters.core.sampling import (
 from spec_adapters.decoding.chain import ChainScheme, HedgeSpecDecoder
 from spec_adapters.decoding.loop import Query
 from spec_adapters.drafters import HFDrafter, NGramDrafter, PromptLookupDrafter
+from spec_adapters.drafters.ngram_kernel import sparse_argmax
 from spec_adapters.hf.target import TargetModel
 from spec_adapters.selection.book import greedy_stats
-from spec_adapters.selection.ngram_kernel import sparse_argmax
 from tests.spec_adapters.single_helpers import chi2_pvalue, exact_continuations, pool
 
 torch.set_num_threads(1)

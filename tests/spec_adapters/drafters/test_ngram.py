@@ -14,7 +14,7 @@ import torch
 from spec_adapters.core.proposal import PointMass, Sparse, warp
 from spec_adapters.core.sampling import SamplingConfig
 from spec_adapters.drafters.ngram import NGramDrafter, PromptLookupDrafter
-from spec_adapters.selection.ngram_kernel import context_keys
+from spec_adapters.drafters.ngram_kernel import context_keys
 from tests.spec_adapters.drafter_contract import check_drafter_contract
 
 torch.set_num_threads(1)

@@ -12,11 +12,11 @@ import numpy as np
 import pytest
 from scipy import stats
 
+from spec_adapters.drafters.point import PointDrafter, PromptLookup, Proposal, SuffixDraft
 from spec_adapters.llamacpp.decoder import LlamaCppDecoder, plain_generate
 from spec_adapters.llamacpp.sampling_chain import warp_llama
 from spec_adapters.llamacpp.target import GGUFTarget
 from spec_adapters.llamacpp.tiny_gguf import write_tiny_gguf
-from spec_adapters.selection import PointDrafter, PromptLookup, Proposal, SuffixDraft
 
 # llama.cpp decodes in a child first: a crash fails these tests, not their worker
 pytestmark = pytest.mark.usefixtures("llama_cpp_decodes")

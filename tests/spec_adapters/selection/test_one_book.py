@@ -21,8 +21,8 @@ from onlinelearn import NormalHedge
 from onlinelearn.delayed import OnArrival
 from spec_adapters.decoding.loop import RoundLoop, Verdict
 from spec_adapters.decoding.settings import PolicySettings
+from spec_adapters.drafters.point import PointDrafter, Proposal
 from spec_adapters.selection.book import greedy_stats
-from spec_adapters.selection.point_drafters import PointDrafter, Proposal
 from spec_adapters.vllm.config import ProposerConfig
 from spec_adapters.vllm.proposer import HedgeSpecProposer
 
@@ -174,7 +174,8 @@ def test_both_adapters_feed_the_same_losses_and_reach_the_same_weights(monkeypat
 
 
 def test_the_selection_core_and_the_vllm_proposer_import_no_torch():
-    code = ("import sys, spec_adapters.selection, spec_adapters.vllm.proposer; "
+    code = ("import sys, spec_adapters.selection, spec_adapters.drafters.point, "
+            "spec_adapters.vllm.proposer; "
             "bad = [m for m in ('torch', 'transformers', 'vllm') if m in sys.modules]; "
             "assert not bad, bad")
     subprocess.run([sys.executable, "-c", code], check=True)

@@ -18,8 +18,8 @@ from spec_adapters.app.bench.llamacpp import (
     run_llamacpp_bench,
     summarize_cell,
 )
+from spec_adapters.drafters.point import PromptLookup
 from spec_adapters.llamacpp.tiny_gguf import write_tiny_gguf
-from spec_adapters.selection import PromptLookup
 
 # llama.cpp decodes in a child first: a crash fails these tests, not their worker
 pytestmark = pytest.mark.usefixtures("llama_cpp_decodes")

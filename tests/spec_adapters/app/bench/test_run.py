@@ -32,7 +32,7 @@ from spec_adapters.decoding.chain import HedgeSpecDecoder
 from spec_adapters.drafters import HFDrafter
 from spec_adapters.drafters.ngram import NGramDrafter
 from spec_adapters.hf.models import load_target
-from spec_adapters.vllm.pool_settings import NGramPoolSettings
+from spec_adapters.store.pool_settings import NGramPoolSettings
 from tests.spec_adapters.app.test_router import _KeywordEmbedder
 from tests.spec_adapters.bench_fixtures import distill_answers, make_target_folder, write_domains
 

@@ -299,7 +299,7 @@ def test_counter_totals_sum_labels_and_ignore_other_metrics():
 def pool(tmp_path):
     """A complete pool of train-drafters' default settings over 64 tokens; math's specialist
     alone knows the cycle 10, 11, 12, 13."""
-    from spec_adapters.vllm.pool_settings import NGramPoolSettings
+    from spec_adapters.store.pool_settings import NGramPoolSettings
     from tests.vllm.pool_files import write_pool
 
     docs = {d: [[1, 2, 3, 4, 5]] for d in NGramPoolSettings().domains}

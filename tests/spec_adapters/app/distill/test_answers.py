@@ -26,7 +26,7 @@ from spec_adapters.app.pool.cache import build_pool
 from spec_adapters.app.pool.config import PoolConfig
 from spec_adapters.hf.models import load_target
 from spec_adapters.store.integrity import CacheError
-from spec_adapters.vllm.pool_settings import NGramPoolSettings
+from spec_adapters.store.pool_settings import NGramPoolSettings
 from tests.spec_adapters.bench_fixtures import make_target_folder, write_domains
 
 DOMS = ("code", "math")

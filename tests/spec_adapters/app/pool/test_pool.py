@@ -14,7 +14,7 @@ from spec_adapters.app.pool.config import PoolConfig
 from spec_adapters.drafters.ngram import NGramDrafter, PromptLookupDrafter
 from spec_adapters.drafters.suffix import SuffixDrafter
 from spec_adapters.hf.models import load_target
-from spec_adapters.vllm.pool_settings import NGramPoolSettings
+from spec_adapters.store.pool_settings import NGramPoolSettings
 from tests.spec_adapters.bench_fixtures import distill_answers, make_target_folder, write_domains
 
 DOMS = ("code", "math", "news")

@@ -19,7 +19,7 @@ token) does not count. A match of length 0 returns nothing (no unigram fallback)
 
 :class:`SuffixRule` is the drafting rule shared by the torch
 :class:`~spec_adapters.drafters.suffix.SuffixDrafter` and the point-mass
-:class:`~spec_adapters.selection.point_drafters.SuffixDraft`: abstain where the match is shorter
+:class:`~spec_adapters.drafters.point.SuffixDraft`: abstain where the match is shorter
 than ``min_match``; prune the continuations whose empirical probability is below ``min_prob``
 (abstain when none is left, i.e. when the top one is below it); draft at most
 ``max(1, floor(spec_factor * match_len))`` tokens, ``match_len`` the match at the draft's start

@@ -2,7 +2,7 @@
 
 :func:`load_pool_folder` reads the n-gram drafters of one pool (one set of settings) from a
 pool folder, each file checked against its checksum first, as point-mass
-:class:`~spec_adapters.selection.point_drafters.CorpusNGram` drafters.
+:class:`~spec_adapters.drafters.point.CorpusNGram` drafters.
 """
 
 from __future__ import annotations
@@ -10,10 +10,10 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from spec_adapters.selection.point_drafters import CorpusNGram
+from spec_adapters.drafters.point import CorpusNGram
 from spec_adapters.store.integrity import CacheError, expect_digests, verify_files
 from spec_adapters.store.keys import entry_key
-from spec_adapters.vllm.pool_settings import NGramPoolSettings
+from spec_adapters.store.pool_settings import NGramPoolSettings
 
 __all__ = ["load_pool_folder"]
 
@@ -25,7 +25,7 @@ def load_pool_folder(folder: str | Path, vocab_size: int,
     The folder may hold pools of several settings side by side (``hedgespec train-drafters
     --domains sql`` next to the default seven); only the entries of ``settings`` are read:
     ``<name>-<key>.npz``, ``<key>`` the hash of the entry's settings for a target of
-    ``vocab_size`` tokens (:class:`~spec_adapters.vllm.pool_settings.NGramPoolSettings`).
+    ``vocab_size`` tokens (:class:`~spec_adapters.store.pool_settings.NGramPoolSettings`).
     Each file is checked against the size and SHA-256 its sidecar ``<name>-<key>.json``
     records (:func:`spec_adapters.store.integrity.verify_files`, re-hashing only files whose
     stat changed since they were last verified).

@@ -11,8 +11,8 @@ import torch
 
 from spec_adapters.core.sampling import SamplingConfig
 from spec_adapters.drafters.ngram import NGramDrafter
+from spec_adapters.drafters.point import CorpusNGram, PromptLookup, SuffixDraft
 from spec_adapters.drafters.suffix import SuffixDrafter
-from spec_adapters.selection.point_drafters import CorpusNGram, PromptLookup, SuffixDraft
 
 V = 256
 

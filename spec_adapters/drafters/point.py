@@ -29,7 +29,7 @@ trust (the confidences need not be calibrated). Per drafter:
   token at a time, the most frequent continuation of the longest context found in the corpus.
 - :class:`SuffixDraft` (SuffixDecoding; vLLM's ``suffix`` method): the most frequent kept
   continuation of the longest suffix matched in the request's buffer or in the global memory
-  of finished requests (:class:`~spec_adapters.selection.suffix_index.SuffixIndex`, the same
+  of finished requests (:class:`~spec_adapters.drafters.suffix_index.SuffixIndex`, the same
   index and rule as the torch :class:`~spec_adapters.drafters.suffix.SuffixDrafter`); its
   memory grows only through :meth:`SuffixDraft.commit`, so between commits it is deterministic
   like the others.
@@ -50,8 +50,8 @@ from typing import NamedTuple
 
 import numpy as np
 
-from spec_adapters.selection.ngram_kernel import NGramTables, longest_match_draft, warm_up
-from spec_adapters.selection.suffix_index import MAX_DEPTH, MAX_TOKENS, SuffixIndex, SuffixRule
+from spec_adapters.drafters.ngram_kernel import NGramTables, longest_match_draft, warm_up
+from spec_adapters.drafters.suffix_index import MAX_DEPTH, MAX_TOKENS, SuffixIndex, SuffixRule
 
 __all__ = ["CorpusNGram", "PointDrafter", "PromptLookup", "Proposal", "SuffixDraft",
            "propose_all"]
@@ -155,7 +155,7 @@ class CorpusNGram(PointDrafter):
     of the corpus plus ``context_weight`` times those of the request, argmax (ties: the lowest
     id). This is the greedy form of ``NGramDrafter(context_weight=...)``'s interpolation at its
     longest matched order; it runs compiled
-    (:func:`spec_adapters.selection.ngram_kernel.longest_match_draft`).
+    (:func:`spec_adapters.drafters.ngram_kernel.longest_match_draft`).
 
     Parameters
     ----------
