@@ -262,8 +262,7 @@ class LlamaCppDecoder:
             book.record(new)
             for w in book.pop_completed():                                    # 5 update
                 self.policy.feed(w.round_id, self.rules.losses(window_losses(
-                    w, "time", False, self.costs.round_costs(), self.costs.time_per_token),
-                    w.data))
+                    w, "time", False, self.costs.round_costs(), self._tau()), w.data))
                 accepted = acceptance_lengths(w.gamma, validate=False) - 1.0
                 drafted = np.minimum(np.arange(self.K + 1)[None, :], w.lengths[:, None])
                 request.add(accepted, drafted)
@@ -320,10 +319,18 @@ class LlamaCppDecoder:
             return None
         curve = self.costs.target_curve()
         extra = np.maximum.accumulate(np.maximum(curve - curve[0], 0.0))
-        tau = self.costs.time_per_token or float(self.costs.round_costs()[0, 0])
+        tau = self._tau()
         # a played round runs every drafter: drafting at all costs all their proposals
         drafting = self.K * float(np.nansum(self.costs.per_token))
         return expected_gains(*est, tau, extra, drafting)
+
+    def _tau(self) -> float:
+        """Seconds per token to linearise at: the rate so far, never above a plain step's
+        ``T(1) + O`` (above it every draft would look worth more than it is; as the vLLM
+        proposer's ``_tau``)."""
+        plain = float(self.costs.round_costs()[0, 0])
+        tau = self.costs.time_per_token
+        return plain if tau is None else min(tau, plain) if plain > 0 else tau
 
     def _check_prompt(self, prompt: Sequence[int]) -> list[int]:
         seq = [int(t) for t in prompt]

@@ -375,7 +375,7 @@ class HedgeSpecProposer:
         for w in st.book.pop_completed():
             start = time.perf_counter()
             arm, costs, rule_lengths = w.data
-            losses = window_losses(w, loss, False, costs, self.tau)
+            losses = window_losses(w, loss, False, costs, self._tau(costs))
             if self.rules is not None:
                 losses = self.rules.losses(losses, rule_lengths)
             if not st.policy.full_information:  # a bandit: its own draft's loss alone
@@ -392,6 +392,17 @@ class HedgeSpecProposer:
             spent = time.perf_counter() - start
             self.scoring_s = _ema(self.scoring_s, spent)
             self.stats.evaluation_s += spent
+
+    def _tau(self, costs: np.ndarray) -> float | None:
+        """The seconds per token the time loss and the gains are linearised at: the batch's
+        (EMA), but never above a plain step's share ``costs[0] = a / B + b_R``. The best
+        achievable rate is at most plain's, so a realised rate above it (speculation that
+        costs more than it saves) would make every draft look more valuable than it is, and
+        the more so the more it loses; at plain's rate a draft pays only where its expected
+        rate beats not drafting (docs/theory.md, "Beyond the paper")."""
+        if self.tau is None or not self.step_time.observed or costs[0] <= 0:
+            return self.tau  # (a model pinned at a free plain step bounds nothing)
+        return min(self.tau, float(costs[0]))
 
     def _drafting_price(self, n_rows: int) -> np.ndarray | float:
         """Each drafter's price of drafting at all (``f_i`` of
@@ -412,7 +423,7 @@ class HedgeSpecProposer:
         plays no round at all (drafter ``None``). A bandit policy's round keeps its own draft
         only."""
         K, n = self.K, len(buf)
-        gain = self._gains(st, draft_s, fixed_s)
+        gain = self._gains(st, self._tau(costs), draft_s, fixed_s)
         abstain = gain is not None and gain.max() <= 0  # no expert of this request pays
         full = st.policy.full_information and \
             st.rng.random() < evaluate * (self.config.probe if abstain else 1.0)
@@ -452,15 +463,15 @@ class HedgeSpecProposer:
             self._write_trace(st, i, len(st.draft), full, costs)
         return i, st.draft
 
-    def _gains(self, st: RequestState, draft_s: float, fixed_s: np.ndarray | float
-               ) -> np.ndarray | None:
+    def _gains(self, st: RequestState, tau: float | None, draft_s: float,
+               fixed_s: np.ndarray | float) -> np.ndarray | None:
         """Every expert's expected gain at this load (:func:`expected_gains`), ``None`` where
         the cost-aware abstention does not apply (a bandit, ``cost_aware`` off) or nothing is
         known yet (no step timed, no round scored)."""
         if not (self.config.cost_aware and st.policy.full_information) or self.tau is None:
             return None
         est = st.acceptance.estimate(self.stream_book, self.config.prior_rounds)
-        return None if est is None else expected_gains(*est, self.tau, draft_s, fixed_s)
+        return None if est is None else expected_gains(*est, tau, draft_s, fixed_s)
 
     def _write_trace(self, st: RequestState, drafter: int | None, k: int, evaluated: bool,
                      costs: np.ndarray) -> None:
