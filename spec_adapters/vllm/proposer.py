@@ -408,10 +408,12 @@ class HedgeSpecProposer:
         """Each drafter's price of drafting at all (``f_i`` of
         :mod:`~spec_adapters.selection.abstention`): its proposal time (EMA; unmeasured: 0)
         plus the row's share of the step's price of speculating; 0 with ``drafting_price``
-        off."""
+        off. A pinned step model (``step_costs``) is the whole price list: its ``spec_s``
+        alone, no measured time mixed into its seconds."""
         if not self.config.drafting_price:
             return 0.0
-        return np.nan_to_num(self.propose_s) + self.step_time.speculation_seconds(n_rows)
+        share = self.step_time.speculation_seconds(n_rows)
+        return share if self.step_time.fixed is not None else np.nan_to_num(self.propose_s) + share
 
     def _draft(self, st: RequestState, buf: np.ndarray, costs: np.ndarray, draft_s: float,
                fixed_s: np.ndarray | float, evaluate: float) -> tuple[int | None, list[int]]:
