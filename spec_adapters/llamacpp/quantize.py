@@ -24,6 +24,7 @@ from pathlib import Path
 import numpy as np
 
 from spec_adapters.llamacpp.cpu_backend import llama_cpp_module
+from spec_adapters.llamacpp.native_log import captured
 from spec_adapters.llamacpp.target import GGUFTarget
 
 __all__ = ["WEIGHT_TYPES", "perplexity", "quantize", "source_of", "weight_type_of"]
@@ -65,9 +66,11 @@ def quantize(source: str | os.PathLike, dest: str | os.PathLike, weight_type: st
     dest.parent.mkdir(parents=True, exist_ok=True)
     tmp = dest.with_name(f".{dest.name}.tmp-{os.getpid()}")
     try:
-        rc = lc.llama_model_quantize(str(source).encode(), str(tmp).encode(), params)
+        with captured() as log:  # a warning per tensor whose rows the type cannot hold
+            rc = lc.llama_model_quantize(str(source).encode(), str(tmp).encode(), params)
         if rc != 0:
-            raise ValueError(f"llama.cpp could not quantize {source} to {weight_type} ({rc})")
+            raise ValueError(f"llama.cpp could not quantize {source} to {weight_type} "
+                             f"({rc}){log.detail()}")
         tmp.replace(dest)
         dest.with_name(dest.name + ".json").write_text(json.dumps(
             {"source": str(source.resolve()), "weight_type": weight_type}))

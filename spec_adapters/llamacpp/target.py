@@ -35,6 +35,7 @@ from pathlib import Path
 import numpy as np
 
 from spec_adapters.llamacpp.cpu_backend import llama_cpp_module
+from spec_adapters.llamacpp.native_log import captured
 
 __all__ = ["GGUF_MAGIC", "INVARIANT_CACHE", "GGUFTarget", "is_gguf"]
 
@@ -119,9 +120,10 @@ class GGUFTarget:
         mparams = lc.llama_model_default_params()
         mparams.n_gpu_layers = 0  # the CPU, as llama-cpp-python's Llama loads it by default
         mparams.use_extra_bufts = repack
-        self._model = lc.llama_model_load_from_file(str(self.path).encode(), mparams)
+        with captured() as log:  # a line per repacked tensor
+            self._model = lc.llama_model_load_from_file(str(self.path).encode(), mparams)
         if not self._model:
-            raise ValueError(f"llama.cpp could not load {self.path}")
+            raise ValueError(f"llama.cpp could not load {self.path}{log.detail()}")
         # batches of 512 (as llama-cpp-python's Llama): llama.cpp's floats, so its greedy
         # output, depend on these and on the cache's types
         cparams = lc.llama_context_default_params()
