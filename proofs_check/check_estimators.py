@@ -229,7 +229,7 @@ def _tree_estimator_row(problems: list[Problem]) -> CheckResult:
 # --------------------------------------------------------------------------------------------
 # Check 4 (cont.): counterfactual feedback from tokens alone (point-mass drafts, the vLLM proposer)
 # --------------------------------------------------------------------------------------------
-def _point_draft(prob: Problem, j: int, ctx: tuple, K: int) -> tuple[int, ...]:
+def point_draft(prob: Problem, j: int, ctx: tuple, K: int) -> tuple[int, ...]:
     """Drafter ``j`` as a deterministic (point-mass) drafter: its chain's argmax roll-out."""
     chain, out = prob.drafters[j], ()
     for _ in range(K):
@@ -247,12 +247,57 @@ def _point_verify(prob: Problem, ctx: tuple, draft: tuple) -> dict:
 def point_round_fn(prob: Problem, i: int, ctx: tuple) -> dict:
     key = ("point", i, ctx)
     if key not in prob._cache:
-        draft, out = _point_draft(prob, i, ctx, prob.K), {}
+        draft, out = point_draft(prob, i, ctx, prob.K), {}
         for (n, nxt), pr in _point_verify(prob, ctx, draft).items():
             new = (*draft[:n], nxt)
             out[new] = out.get(new, 0.0) + pr
         prob._cache[key] = out
     return prob._cache[key]
+
+
+def point_match_errors(prob: Problem, out: dict, draft: tuple, ks, tokens_of
+                       ) -> tuple[float, float]:
+    """How far a deterministic ``draft``'s matched prefix, scored by ``tokens_of`` (the
+    verified continuation's hit row ``(1, K)`` -> the tokens credited at each of ``ks``), is
+    from ``E[min(L, k)]``, ``L`` the tokens the target accepts from the draft, for each ``k``
+    of ``ks``: ``(max error of the expectation over the enumerated outputs ``out``, max error
+    on one trajectory (greedy; 0 otherwise))``."""
+    accepted = _point_verify(prob, prob.prompt, draft)
+    truth = np.array([sum(min(n, int(k)) * pr for (n, _), pr in accepted.items()) for k in ks])
+    est, per_traj = np.zeros(len(truth)), 0.0
+    for x, pr in out.items():
+        tokens = tokens_of((np.array(draft) == np.array(x)).astype(float)[None, :])
+        est += pr * tokens
+        if prob.cfg.greedy and pr > 0:  # one trajectory: the target's greedy output
+            per_traj = max(per_traj, float(np.abs(tokens - truth).max()))
+    return float(np.abs(est - truth).max()), per_traj
+
+
+class PointMatchErrors:
+    """:func:`point_match_errors` over (model, drafter) pairs, worst by kind (greedy /
+    sampling), and the two report rows they make."""
+
+    def __init__(self) -> None:
+        self.err, self.per_traj, self.cases = {"greedy": 0.0, "sampling": 0.0}, 0.0, 0
+
+    def add(self, prob: Problem, error: float, per_trajectory: float) -> None:
+        kind = "greedy" if prob.cfg.greedy else "sampling"
+        self.err[kind] = max(self.err[kind], error)
+        self.per_traj, self.cases = max(self.per_traj, per_trajectory), self.cases + 1
+
+    def rows(self, check: str, claim: str, note: str = "", ok: bool = True,
+             data: dict | None = None) -> list[CheckResult]:
+        """``"<check> greedy"`` (exact per trajectory) and ``"<check> sampling"``
+        (unbiased), each within :data:`EXACT_TOL`, and ``ok``."""
+        return [CheckResult(
+            f"{check} {kind}",
+            claim + (" (exact per trajectory)" if kind == "greedy" else " (unbiased)"),
+            f"max error {e:.2e} over {self.cases} (model, drafter) pairs{note}"
+            + (f"; per trajectory {self.per_traj:.2e}" if kind == "greedy" else ""),
+            f"<= {EXACT_TOL:g}",
+            ok and e <= EXACT_TOL and (kind != "greedy" or self.per_traj <= EXACT_TOL),
+            data={"max_abs_error": e, "cases": self.cases, **(data or {})},
+        ) for kind, e in self.err.items()]
 
 
 @timed
@@ -262,42 +307,19 @@ def check_pointmass(settings: Settings) -> list[CheckResult]:
     tokens the target would accept from that draft; exact per trajectory when greedy. The
     continuation is the output of a decoder that speculates with *other* point-mass drafters
     switched by a past-only rule, enumerated exactly; the match is scored through
-    ``draft_cost.acceptance_lengths`` as the vLLM proposer does."""
+    ``experts.acceptance_lengths`` as the vLLM proposer does."""
     from spec_adapters.selection.experts import acceptance_lengths
 
     rng = np.random.default_rng(settings.seed + 41)
     problems = random_problems(rng, settings.n(8, 32), V_range=(2, settings.n(3, 4)),
                                K_range=(1, 3), n_drafters=3, max_cells=settings.n(27, 64))
-    err = {"greedy": 0.0, "sampling": 0.0}
-    per_traj, cases = 0.0, 0
+    errors = PointMatchErrors()
     for prob in problems:
         ctx, K = prob.prompt, prob.K
         out = decode_distribution(prob, K, point_round_fn, switch_rule)
         for j in range(len(prob.drafters)):
-            draft = _point_draft(prob, j, ctx, K)
-            accepted = _point_verify(prob, ctx, draft)
-            truth = np.array([sum(min(n, k) * pr for (n, _), pr in accepted.items())
-                              for k in range(K + 1)])
-            est = np.zeros(K + 1)
-            for x, pr in out.items():
-                hit = (np.array(draft) == np.array(x)).astype(float)[None, :]
-                est += pr * (acceptance_lengths(hit)[0] - 1.0)
-                if prob.cfg.greedy and pr > 0:  # one trajectory: the target's greedy output
-                    per_traj = max(per_traj, float(abs(acceptance_lengths(hit)[0] - 1 - truth)
-                                                   .max()))
-            kind = "greedy" if prob.cfg.greedy else "sampling"
-            err[kind] = max(err[kind], float(np.abs(est - truth).max()))
-            cases += 1
-    return [
-        CheckResult(
-            f"4 point-mass {kind}",
-            "E[min(matched prefix of a deterministic draft, k)] = E[min(accepted, k)], all k"
-            + (" (exact per trajectory)" if kind == "greedy" else " (unbiased)"),
-            f"max |E[match_k] - E[min(L, k)]| = {e:.2e} over {cases} (model, drafter) pairs"
-            + (f"; per trajectory {per_traj:.2e}" if kind == "greedy" else ""),
-            f"<= {EXACT_TOL:g}",
-            e <= EXACT_TOL and (kind != "greedy" or per_traj <= EXACT_TOL),
-            data={"max_abs_error": e, "cases": cases},
-        )
-        for kind, e in err.items()
-    ]
+            errors.add(prob, *point_match_errors(
+                prob, out, point_draft(prob, j, ctx, K), range(K + 1),
+                lambda hit: acceptance_lengths(hit)[0] - 1.0))
+    return errors.rows("4 point-mass", "E[min(matched prefix of a deterministic draft, k)] = "
+                       "E[min(accepted, k)], all k")

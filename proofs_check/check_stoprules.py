@@ -15,11 +15,16 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from proofs_check.check_estimators import _point_draft, _point_verify, point_round_fn
+from proofs_check.check_estimators import (
+    PointMatchErrors,
+    point_draft,
+    point_match_errors,
+    point_round_fn,
+)
 from proofs_check.check_lossless import decode_distribution, switch_rule
 from proofs_check.models import Problem, random_problems
 from proofs_check.regret import bold_hedge_bound
-from proofs_check.result import EXACT_TOL, CheckResult, Settings, timed
+from proofs_check.result import CheckResult, Settings, timed
 from spec_adapters.core.sampling import speculative_accept
 from spec_adapters.selection.book import RoundBook
 from spec_adapters.selection.experts import expert_losses, window_losses
@@ -50,43 +55,22 @@ def _unbiased(settings: Settings) -> list[CheckResult]:
     rng = np.random.default_rng(settings.seed + 71)
     problems = random_problems(rng, settings.n(8, 32), V_range=(2, settings.n(3, 4)),
                                K_range=(2, 3), n_drafters=3, max_cells=settings.n(27, 64))
-    err = {"greedy": 0.0, "sampling": 0.0}
-    per_traj, cases, cut = 0.0, 0, 0
+    errors, cut = PointMatchErrors(), 0
     for prob in problems:
         ctx, K = prob.prompt, prob.K
         rules = StopRules(K, THRESHOLDS)
         out = decode_distribution(prob, K, point_round_fn, switch_rule)
         for j in range(len(prob.drafters)):
-            draft = _point_draft(prob, j, ctx, K)
+            draft = point_draft(prob, j, ctx, K)
             lengths = rules.lengths(_confidence(prob, j, ctx, draft)[None, :])
             cut += int((lengths[0] < rules.cap).any())
-            accepted = _point_verify(prob, ctx, draft)
-            truth = np.array([sum(min(n, int(k)) * pr for (n, _), pr in accepted.items())
-                              for k in lengths[0]])
-            est = np.zeros(len(rules))
-            for x, pr in out.items():
-                hit = (np.array(draft) == np.array(x)).astype(float)[None, :]
-                tokens = _rule_tokens(hit, lengths, rules)
-                est += pr * tokens
-                if prob.cfg.greedy and pr > 0:
-                    per_traj = max(per_traj, float(np.abs(tokens - truth).max()))
-            kind = "greedy" if prob.cfg.greedy else "sampling"
-            err[kind] = max(err[kind], float(np.abs(est - truth).max()))
-            cases += 1
-    return [
-        CheckResult(
-            f"7 stop rules {kind}",
-            "E[a rule's matched prefix] = E[tokens the rule gets accepted when played], every "
-            "rule" + (" (exact per trajectory)" if kind == "greedy" else " (unbiased)"),
-            f"max error {e:.2e} over {cases} (model, drafter) pairs x {len(THRESHOLDS)} "
-            f"thresholds; a rule cut the draft in {cut} of them"
-            + (f"; per trajectory {per_traj:.2e}" if kind == "greedy" else ""),
-            f"<= {EXACT_TOL:g}",
-            e <= EXACT_TOL and cut > 0 and (kind != "greedy" or per_traj <= EXACT_TOL),
-            data={"max_abs_error": e, "cases": cases, "cut": cut},
-        )
-        for kind, e in err.items()
-    ]
+            errors.add(prob, *point_match_errors(
+                prob, out, draft, lengths[0],
+                lambda hit, n=lengths, r=rules: _rule_tokens(hit, n, r)))
+    return errors.rows("7 stop rules", "E[a rule's matched prefix] = E[tokens the rule gets "
+                       "accepted when played], every rule",
+                       f" x {len(THRESHOLDS)} thresholds; a rule cut the draft in {cut} of them",
+                       ok=cut > 0, data={"cut": cut})
 
 
 def _world(seed: int, N: int, V: int = 10):
