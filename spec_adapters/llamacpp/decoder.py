@@ -261,8 +261,9 @@ class LlamaCppDecoder:
             seq += new
             book.record(new)
             for w in book.pop_completed():                                    # 5 update
+                costs = self.costs.round_costs()
                 self.policy.feed(w.round_id, self.rules.losses(window_losses(
-                    w, "time", False, self.costs.round_costs(), self._tau()), w.data))
+                    w, "time", False, costs, self._tau(costs)), w.data))
                 accepted = acceptance_lengths(w.gamma, validate=False) - 1.0
                 drafted = np.minimum(np.arange(self.K + 1)[None, :], w.lengths[:, None])
                 request.add(accepted, drafted)
@@ -319,16 +320,16 @@ class LlamaCppDecoder:
             return None
         curve = self.costs.target_curve()
         extra = np.maximum.accumulate(np.maximum(curve - curve[0], 0.0))
-        tau = self._tau()
+        tau = self._tau(self.costs.round_costs())
         # a played round runs every drafter: drafting at all costs all their proposals
         drafting = self.K * float(np.nansum(self.costs.per_token))
         return expected_gains(*est, tau, extra, drafting)
 
-    def _tau(self) -> float:
+    def _tau(self, costs: np.ndarray) -> float:
         """Seconds per token to linearise at: the rate so far, never above a plain step's
-        ``T(1) + O`` (above it every draft would look worth more than it is; as the vLLM
-        proposer's ``_tau``)."""
-        plain = float(self.costs.round_costs()[0, 0])
+        ``costs[0, 0] = T(1) + O`` (above it every draft would look worth more than it is; as
+        the vLLM proposer's ``_tau``)."""
+        plain = float(costs[0, 0])
         tau = self.costs.time_per_token
         return plain if tau is None else min(tau, plain) if plain > 0 else tau
 

@@ -31,7 +31,8 @@ the learner of :func:`~spec_adapters.selection.policies.make_policy`; what is vL
 matching rows to requests, timing engine steps, and the feedback budget below.
 
 Abstention at load (:mod:`spec_adapters.selection.abstention`). The step time is learned online
-as ``a + b_R rows + b_D drafted`` (:class:`~spec_adapters.selection.costs.StepTimeModel`); a drafted
+as ``a + b_R rows + b_D drafted + c [drafted > 0]``
+(:class:`~spec_adapters.selection.costs.StepTimeModel`); a drafted
 token costs the whole batch ``b_D`` and an accepted one saves it ``tau`` (its seconds per
 token), so the learner's draft is cut to the longest length whose expected accepted tokens
 (the request's counterfactual acceptance, shrunk to the stream's) pay ``b_D`` per drafted
@@ -83,6 +84,7 @@ import json
 import logging
 import time
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 import numpy as np
 
@@ -106,6 +108,18 @@ log = logging.getLogger(__name__)
 
 HEAD, TAIL = 16, 8     # tokens kept to recognise a request's row
 IDLE_GAP_S = 5.0       # a gap between propose calls this long is an idle engine, not a step
+
+
+class StepPrices(NamedTuple):
+    """One engine step's prices, the same for every row: ``costs`` ``c(k)``, ``k = 0 .. K``
+    (a row's share of the step); ``tau``, the seconds per token to linearise at
+    (:meth:`HedgeSpecProposer._tau`); ``draft_s``, a drafted token's price; ``fixed_s``, each
+    drafter's price of drafting at all."""
+
+    costs: np.ndarray
+    tau: float | None
+    draft_s: float
+    fixed_s: np.ndarray | float
 
 
 @dataclass
@@ -280,9 +294,7 @@ class HedgeSpecProposer:
             per_token = seconds / sum(len(sampled) for _st, _buf, sampled in live)
             self.tau = _ema(self.tau, per_token)
             self.step_s = _ema(self.step_s, seconds)
-        costs = self.step_time.expert_costs(max(len(live), 1), self.K)
-        draft_s = self.step_time.draft_seconds()
-        fixed_s = self._drafting_price(max(len(live), 1))
+        prices = self._prices(max(len(live), 1))
         evaluate = self.evaluation_probability(len(live))
         out, played = [], []
         for row in rows:
@@ -291,7 +303,7 @@ class HedgeSpecProposer:
                 continue
             st, buf, _sampled = row
             self._feed(st, buf)
-            drafter, draft = self._draft(st, buf, costs, draft_s, fixed_s, evaluate)
+            drafter, draft = self._draft(st, buf, prices, evaluate)
             out.append(draft)
             played.append((drafter, len(draft)))
         self._forget_idle(claimed)
@@ -404,6 +416,12 @@ class HedgeSpecProposer:
             return self.tau  # (a model pinned at a free plain step bounds nothing)
         return min(self.tau, float(costs[0]))
 
+    def _prices(self, n_rows: int) -> StepPrices:
+        """What a draft costs and gains in this step of ``n_rows`` rows, once per step."""
+        costs = self.step_time.expert_costs(n_rows, self.K)
+        return StepPrices(costs, self._tau(costs), self.step_time.draft_seconds(),
+                          self._drafting_price(n_rows))
+
     def _drafting_price(self, n_rows: int) -> np.ndarray | float:
         """Each drafter's price of drafting at all (``f_i`` of
         :mod:`~spec_adapters.selection.abstention`): its proposal time (EMA; unmeasured: 0)
@@ -415,8 +433,8 @@ class HedgeSpecProposer:
         share = self.step_time.speculation_seconds(n_rows)
         return share if self.step_time.fixed is not None else np.nan_to_num(self.propose_s) + share
 
-    def _draft(self, st: RequestState, buf: np.ndarray, costs: np.ndarray, draft_s: float,
-               fixed_s: np.ndarray | float, evaluate: float) -> tuple[int | None, list[int]]:
+    def _draft(self, st: RequestState, buf: np.ndarray, prices: StepPrices,
+               evaluate: float) -> tuple[int | None, list[int]]:
         """``(drafter, draft)``: the played expert's drafter and draft, cut to the length that
         pays at this load (:mod:`spec_adapters.selection.abstention`; empty: it abstains). With
         probability ``evaluate`` (full-information policies; times ``probe`` where no expert
@@ -425,7 +443,7 @@ class HedgeSpecProposer:
         plays no round at all (drafter ``None``). A bandit policy's round keeps its own draft
         only."""
         K, n = self.K, len(buf)
-        gain = self._gains(st, self._tau(costs), draft_s, fixed_s)
+        gain = self._gains(st, prices)
         abstain = gain is not None and gain.max() <= 0  # no expert of this request pays
         full = st.policy.full_information and \
             st.rng.random() < evaluate * (self.config.probe if abstain else 1.0)
@@ -439,8 +457,9 @@ class HedgeSpecProposer:
             drafts, confidence, seconds = propose_all(self.drafters, buf, K,
                                                       None if full else (i,) if pays else ())
             ran = ~np.isnan(seconds)
-            self.propose_s[ran] = np.where(np.isnan(self.propose_s[ran]), seconds[ran],
-                                           0.8 * self.propose_s[ran] + 0.2 * seconds[ran])
+            old = self.propose_s[ran]
+            self.propose_s[ran] = np.where(np.isnan(old), seconds[ran],
+                                           _ema(old, seconds[ran]))
             lengths = self.rules.lengths(confidence) if self.rules else None
             k = K if r is None else int(lengths[i, r])
             if gain is not None:
@@ -453,7 +472,7 @@ class HedgeSpecProposer:
                 self.stats.evaluation_s += spent
                 self.rounds["evaluated"] += 1
             if full or not st.policy.full_information:
-                st.book.open(round_id, n, drafts, data=(arm, costs, lengths))
+                st.book.open(round_id, n, drafts, data=(arm, prices.costs, lengths))
             else:
                 st.policy.censor(round_id)
             chosen = drafts[i, :k]
@@ -462,18 +481,18 @@ class HedgeSpecProposer:
         if self.suffix is not None:
             st.history = buf
         if self._trace is not None:
-            self._write_trace(st, i, len(st.draft), full, costs)
+            self._write_trace(st, i, len(st.draft), full, prices.costs)
         return i, st.draft
 
-    def _gains(self, st: RequestState, tau: float | None, draft_s: float,
-               fixed_s: np.ndarray | float) -> np.ndarray | None:
+    def _gains(self, st: RequestState, prices: StepPrices) -> np.ndarray | None:
         """Every expert's expected gain at this load (:func:`expected_gains`), ``None`` where
         the cost-aware abstention does not apply (a bandit, ``cost_aware`` off) or nothing is
         known yet (no step timed, no round scored)."""
         if not (self.config.cost_aware and st.policy.full_information) or self.tau is None:
             return None
         est = st.acceptance.estimate(self.stream_book, self.config.prior_rounds)
-        return None if est is None else expected_gains(*est, tau, draft_s, fixed_s)
+        return None if est is None else expected_gains(*est, prices.tau, prices.draft_s,
+                                                       prices.fixed_s)
 
     def _write_trace(self, st: RequestState, drafter: int | None, k: int, evaluated: bool,
                      costs: np.ndarray) -> None:
