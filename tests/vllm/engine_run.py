@@ -52,6 +52,24 @@ def tiny_llama(folder: Path, vocab_size: int = 512, seed: int = 0, logit_scale: 
     return folder
 
 
+def tiny_gemma3(folder: Path, vocab_size: int = 4096, seed: int = 0) -> Path:
+    """Save a tiny random Gemma-3 (text) to ``folder``: sliding-window layers (window 8) beside
+    a full one, head_dim 64, a vocabulary of ``vocab_size``: the second architecture."""
+    import torch
+    from transformers import Gemma3ForCausalLM, Gemma3TextConfig
+
+    torch.manual_seed(seed)
+    config = Gemma3TextConfig(vocab_size=vocab_size, hidden_size=128, intermediate_size=256,
+                              num_hidden_layers=3, num_attention_heads=2, num_key_value_heads=1,
+                              head_dim=64, sliding_window=8,
+                              layer_types=["sliding_attention", "sliding_attention",
+                                           "full_attention"],
+                              max_position_embeddings=1024, bos_token_id=1, eos_token_id=2,
+                              pad_token_id=0, tie_word_embeddings=True)
+    Gemma3ForCausalLM(config).eval().save_pretrained(folder)
+    return folder
+
+
 def tiny_tokenizer(folder: Path, vocab_size: int = 512) -> Path:
     """Save a word-level tokenizer over ``vocab_size`` words ``<unk> <s> </s> t3 t4 ...`` (id
     = position; text ``"t5 t9"`` is ids ``[5, 9]``) with a chat template that joins the

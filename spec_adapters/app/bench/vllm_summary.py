@@ -65,6 +65,10 @@ class VllmRecords(Records):
         return (r["method"], phase_key(int(r["concurrency"]), r.get("rate")))
 
 
+def _ms(seconds: float) -> str:
+    return f"{1e3 * seconds:.2f} ms"
+
+
 def _drafting(r: dict) -> dict:
     """How much a phase drafted: the share of request-steps that drafted (vLLM's counters),
     and from the proposer's telemetry the share of engine steps in which any row drafted and
@@ -78,7 +82,7 @@ def _drafting(r: dict) -> dict:
             "steps_drafted_share": pr["steps_drafted"] / pr["steps"] if pr.get("steps")
             else None,
             "overhead": pr["propose_s"] / pr["step_s"] if pr.get("step_s") else None,
-            "drafters": pr.get("drafters")}
+            "drafters": pr.get("drafters"), "step_model": pr.get("step_model")}
 
 
 def _stats(reqs: list[dict], seconds: float) -> dict:
@@ -269,6 +273,10 @@ def markdown(summary: dict) -> str:
                          f"{_f(r.get('overhead'), '{:.1%}')} | "
                          f"{_f(r.get('repeated_share'), '{:.0%}')} | "
                          f"{_f(r.get('cap_share'), '{:.0%}')} | {same} |")
+        lines += [f"\n{label(m, k)}'s step model (fitted as it ran): a step {_ms(sm['step_s'])}, "
+                  f"a row {_ms(sm['row_s'])}, a drafted token {_ms(sm['draft_s'])}, "
+                  f"speculating at all {_ms(sm['spec_s'])}"
+                  for m, r in rows if (sm := r.get("step_model"))]
         lines += ["", f"### vLLM per domain, tok/s x vLLM plain, {_phase(c)}", "",
                   "| method | " + " | ".join(summary["domains"]) + " |",
                   "|---|" + "---|" * len(summary["domains"])]

@@ -56,11 +56,14 @@ def test_a_run_reports_every_cell_resumes_and_refuses_other_settings(model, tmp_
         assert cell["methods"]["hedgespec"]["x_plain_loop_free_prefix"] > 0
         assert cell["methods"]["plain"]["x_plain_loop_free_prefix"] == pytest.approx(1.0)
         assert 0 < cell["plain_prefix_share"] <= 1
+        assert len(cell["row_seconds"]) == CFG.draft_length + 1  # the row price it drafted at
+        assert all(s > 0 for s in cell["row_seconds"])
     assert greedy["lcp-plain"]["x_plain_loop_free_prefix"] is None  # not timed per token
     sampled = summary["cells"]["n12-t0.7"]["methods"]
     assert sampled["hedgespec"]["equal_to_plain"] == 3  # the same seed, the same draws
     assert "equal_to_plain" not in sampled["lcp-plain"]  # its own sampler
     assert (tmp_path / "tables.md").read_text().count("| hedgespec |") == 2
+    assert (tmp_path / "tables.md").read_text().count("A decode of 1 .. K + 1 rows") == 2
     assert (tmp_path / "speedup_vs_repetition.png").stat().st_size > 0
     # a re-run with the same settings redoes nothing
     monkeypatch.setattr(bench, "_Methods", None)

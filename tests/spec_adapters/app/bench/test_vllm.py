@@ -144,7 +144,9 @@ def _with_telemetry(records: list[dict]) -> list[dict]:
                                    "vllm:spec_decode_num_accepted_tokens": 6,
                                    "vllm:spec_decode_num_drafts": 4},
                  "proposer": {"steps": 8, "steps_drafted": 2, "propose_s": 0.02, "step_s": 0.5,
-                              "drafters": {"suffix": {"chosen": 4}}}}
+                              "drafters": {"suffix": {"chosen": 4}},
+                              "step_model": {"step_s": 0.05, "row_s": 0.004, "draft_s": 0.003,
+                                             "spec_s": 0.002}}}
         out.append(r)
     return out + [{**r, "rate": 0.5, "seconds": r["seconds"] * 2} for r in records
                   if r["concurrency"] == 4]
@@ -167,6 +169,8 @@ def test_drafting_shares_overhead_and_arrival_phases_from_the_records():
     assert summarize_vllm(_records(), cap=9)["methods"]["plain"]["1"]["cap_share"] == 0.0
     md = markdown(s)
     assert "### vLLM, requests arriving at 0.5/s (Poisson)" in md and "| 4.0% |" in md
+    assert ("step model (fitted as it ran): a step 50.00 ms, a row 4.00 ms, a drafted token "
+            "3.00 ms, speculating at all 2.00 ms") in md
     sampled = summarize_vllm(_records(), exact=False)
     assert sampled["methods"]["hedgespec"]["4"]["identical"] is None  # not compared
 
