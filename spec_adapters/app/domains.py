@@ -75,6 +75,7 @@ __all__ = [
     "LICENCES",
     "NPM_PACKAGE",
     "PIP_PACKAGES",
+    "CompletionPrompt",
     "Domain",
     "Sources",
     "brown_untag",
@@ -301,12 +302,18 @@ def load_domains(cache_dir: str | os.PathLike, names: Iterable[str] | None = Non
     return {d: load_domain(d, cache_dir) for d in check_domain_names(names)}
 
 
+class CompletionPrompt(str):
+    """A prompt that is text to continue as it stands (a base model's request): :func:`chat_ids`
+    tokenizes it without the chat template."""
+
+
 def chat_ids(tokenizer, prompt: str, system: str | None = None):
     """The 1-D token ids of ``prompt`` as a user turn in the tokenizer's chat template, ready
-    for the assistant's reply (plain ids of the prompt when there is no template)."""
+    for the assistant's reply (plain ids of the prompt when there is no template, or when it
+    is a :class:`CompletionPrompt`)."""
     import torch
 
-    if getattr(tokenizer, "chat_template", None):
+    if getattr(tokenizer, "chat_template", None) and not isinstance(prompt, CompletionPrompt):
         msgs = ([{"role": "system", "content": system}] if system else []) + \
             [{"role": "user", "content": prompt}]
         text = tokenizer.apply_chat_template(msgs, tokenize=False, add_generation_prompt=True)

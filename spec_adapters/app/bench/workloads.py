@@ -11,6 +11,12 @@ honest reasons, one where none should help.
 ``creative``    open creative writing (stories, poems, letters) on prompts written for this
                 benchmark: nothing in the request or in the drafters' corpora predicts the
                 answer, so speculation can only cost.
+``completion``  the same held-out units as ``mixed``, as text to continue rather than requests
+                (for a base model, which does not follow instructions): a HumanEval problem's
+                signature and docstring, a Brown opening, ``Question: ...\nAnswer:``, a SQL
+                comment ``-- To <task>:``, a dictionary headword ``<word>:``; each in the form
+                of the domain's training text, and never wrapped in a chat template
+                (:class:`~spec_adapters.app.domains.CompletionPrompt`).
 
 :func:`workload_domains` returns ``{group: Domain}`` whose ``prompts`` are the workload's
 requests, the shape every benchmark takes its prompts in, so a workload runs through
@@ -22,11 +28,12 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 
-from spec_adapters.app.domains import Domain
+from spec_adapters.app.domains import CompletionPrompt, Domain
 
-__all__ = ["CREATIVE_PROMPTS", "WORKLOADS", "copy_edit_prompts", "workload_domains"]
+__all__ = ["CREATIVE_PROMPTS", "WORKLOADS", "completion_prompts", "copy_edit_prompts",
+           "workload_domains"]
 
-WORKLOADS = ("mixed", "copy-edit", "creative")
+WORKLOADS = ("mixed", "copy-edit", "creative", "completion")
 
 CREATIVE_PROMPTS: dict[str, tuple[str, ...]] = {
     "story": (
@@ -54,6 +61,12 @@ CREATIVE_PROMPTS: dict[str, tuple[str, ...]] = {
 
 _CODE = re.compile(r"```python\n(.*?)```", re.S)
 _DEF = re.compile(r"^def (\w+)\(", re.M)
+_QUOTED = re.compile(r'"(.+?)"')
+_SQL_ASK = re.compile(r"^Write a PostgreSQL statement to (.+)\. Reply with the SQL in a code "
+                      r"block\.$", re.S)
+
+
+_AFTER_FORM = "a text after the instruction's blank line"
 
 
 def _after_blank_line(prompt: str) -> str | None:
@@ -90,13 +103,64 @@ def _math_edit(prompt: str) -> str | None:
                      f"changing nothing else, then solve it step by step.\n\n{text}")
 
 
+def _code_opening(prompt: str) -> str | None:
+    code = _CODE.search(prompt)
+    return code.group(1) if code and _DEF.search(code.group(1)) else None
+
+
+def _question(prompt: str) -> str | None:
+    text = _after_blank_line(prompt)
+    return text and f"Question: {text}\nAnswer:"
+
+
+def _sql_caption(prompt: str) -> str | None:
+    task = _SQL_ASK.match(prompt)
+    return task and f"-- To {task.group(1)}:\n"
+
+
+def _headword(prompt: str) -> str | None:
+    word = _QUOTED.search(prompt)
+    return word and f"{word.group(1)}:"
+
+
+# domain -> (its held-out prompt as text to continue, the form that prompt must have)
+_COMPLETIONS: dict[str, tuple[Callable[[str], str | None], str]] = {
+    "code": (_code_opening, "a ```python block holding a def"),
+    "math": (_question, _AFTER_FORM), "news": (_after_blank_line, _AFTER_FORM),
+    "sql": (_sql_caption, "\"Write a PostgreSQL statement to <task>. Reply ...\""),
+    **{d: (_headword, "a quoted headword") for d in ("chemistry", "medicine", "biology")}}
+
+
+def completion_prompts(domains: dict[str, Domain]) -> dict[str, list[CompletionPrompt]]:
+    """The held-out prompts of ``domains`` as text to continue, ``domain -> prompts`` in
+    their order (a prompt without its domain's form is left out).
+
+    Raises
+    ------
+    ValueError
+        A domain without a completion form, or none of its prompts has the form it reads (the
+        domain's prompt builder changed).
+    """
+    out = {}
+    for name, domain in domains.items():
+        if name not in _COMPLETIONS:
+            raise ValueError(f"the completion workload has no form for domain {name!r}")
+        build, form = _COMPLETIONS[name]
+        prompts = [CompletionPrompt(p) for p in map(build, domain.prompts) if p]
+        if not prompts:
+            raise ValueError(f"no {name} prompt has the form the completion workload reads "
+                             f"({form})")
+        out[name] = prompts
+    return out
+
+
 # group -> (the domain its texts come from, the request built from one held-out prompt, the
 # form that prompt must have)
-_AFTER = "a text after the instruction's blank line"
 _COPY_EDIT: dict[str, tuple[str, Callable[[str], str | None], str]] = {
     "code-edit": ("code", _code_edit, "a ```python block holding a def"),
-    "news-edit": ("news", _news_edit, _AFTER), "news-quote": ("news", _news_quote, _AFTER),
-    "math-edit": ("math", _math_edit, _AFTER)}
+    "news-edit": ("news", _news_edit, _AFTER_FORM),
+    "news-quote": ("news", _news_quote, _AFTER_FORM),
+    "math-edit": ("math", _math_edit, _AFTER_FORM)}
 
 
 def copy_edit_prompts(domains: dict[str, Domain]) -> dict[str, list[str]]:
@@ -140,6 +204,9 @@ def workload_domains(domains: dict[str, Domain], workload: str) -> dict[str, Dom
     elif workload == "creative":
         groups = {g: list(ps) for g, ps in CREATIVE_PROMPTS.items()}
         source = "creative-writing prompts written for the benchmark"
+    elif workload == "completion":
+        groups = completion_prompts(domains)
+        source = "the held-out prompts' units as text to continue"
     else:
         raise ValueError(f"unknown workload {workload!r}; expected one of {WORKLOADS}")
     return {g: Domain(g, train=[], prompts=ps, meta={"workload": workload, "source": source})

@@ -277,7 +277,8 @@ def add_workload_option(p: argparse.ArgumentParser) -> None:
     p.add_argument("--workload", choices=WORKLOADS, default="mixed",
                    help="the prompts: mixed (default: the domains' held-out prompts), "
                         "copy-edit (requests that copy text they give: code, news and math "
-                        "edits, news quotes) or creative (open stories, poems, letters)")
+                        "edits, news quotes), creative (open stories, poems, letters) or "
+                        "completion (the held-out units as text to continue, for a base model)")
 
 
 def workload_of(args: argparse.Namespace, domains: dict) -> dict:

@@ -51,6 +51,9 @@ def add_generate(sub) -> None:
     """``hedgespec generate``."""
     s = add_command(sub, "generate", cmd_generate, pool=True)
     s.add_argument("--prompt", required=True)
+    s.add_argument("--completion", action="store_true",
+                   help="continue --prompt as it stands (a base model) instead of asking it as "
+                        "a user turn in the target's chat template")
     s.add_argument("--policy", default="normalhedge",
                    help="normalhedge (default), hedge, adahedge, exp3spec, ucbspec, fixed:<i>")
     s.add_argument("--max-new-tokens", type=int_arg(1), default=128)
@@ -114,7 +117,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
     stdout and a one-line summary (tokens, MAT, tok/s, rounds per drafter) to stderr."""
     import torch
 
-    from spec_adapters.app.domains import chat_ids
+    from spec_adapters.app.domains import CompletionPrompt, chat_ids
     from spec_adapters.app.pool.cache import load_pool
     from spec_adapters.decoding.chain import HedgeSpecDecoder
 
@@ -137,7 +140,8 @@ def cmd_generate(args: argparse.Namespace) -> int:
         legend = "  ".join(f"{_ChunkPrinter.COLOURS[i % 10]}{n}\033[0m"
                            for i, n in enumerate(names))
         print(f"drafters: {legend}")
-    ids = chat_ids(tok, args.prompt).view(1, -1)
+    ids = chat_ids(tok, CompletionPrompt(args.prompt) if args.completion else args.prompt)
+    ids = ids.view(1, -1)
     try:  # the prompt is checked against the target's context before the first round
         with torch.inference_mode():
             out = dec.generate(ids[0].tolist() if args.engine == "llamacpp" else ids,
