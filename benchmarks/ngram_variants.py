@@ -17,7 +17,7 @@ without the target). Variants:
     python benchmarks/ngram_variants.py [--weights 1,4,16] [--ctx 0,4] [--dev 24]
                                         [--json results/ngram_variants.json]
 
-Prints MAT per domain and variant; docs/benchmark.md ("Specialists") quotes it.
+Prints MAT per domain and variant; docs/benchmark-history.md ("Specialists") quotes it.
 """
 
 from __future__ import annotations

@@ -55,7 +55,7 @@ matmul and one more row of logits: the work of a row's own position, the row's p
 overhead aside. The fit splits the two only as far as rows and drafts vary independently, and
 at a steady load they rise and fall together; measured at 21 requests in flight (this CPU) the
 fit gave ``b_D`` = 1.35 ms against ``b_R`` = 4.5 ms, while the steps themselves (plain against
-speculating, docs/benchmark.md "vLLM under load") put a drafted token near 3.7 ms: drafting
+speculating, docs/benchmark-history.md "vLLM under load") put a drafted token near 3.7 ms: drafting
 then looked cheap, and ran at 0.87-0.96x plain. An underestimated draft cost makes speculation
 slower than not speculating, an overestimated one only forgoes some gain, so the abstention
 prices a drafted token at ``max(b_D, b_R)``. The learner's losses keep the fitted split

@@ -39,7 +39,7 @@ def _own_code(forward: Callable) -> Callable:
     whose inner function's code every decorated forward shares, so the twin's graphs (every
     prefill and prompt-lookup shape) would count against any other compiled use of the model
     in the process: in the benchmark, HedgeSpec's compiled step hit the limit and fell back to
-    eager for multi-token verification (2026-12-03, docs/benchmark.md)."""
+    eager for multi-token verification (2026-12-03, docs/benchmark-history.md)."""
 
     def forward_of_the_static_twin(*args, **kwargs):
         return forward(*args, **kwargs)

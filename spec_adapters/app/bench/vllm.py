@@ -178,8 +178,9 @@ PRESETS: dict[str, VllmBenchConfig] = {
     # make demo: the demo's mixed stream through vLLM, one request at a time
     "demo": VllmBenchConfig(queries_per_domain=1, max_new_tokens=40, concurrencies=(1,),
                             methods=("plain", "ngram", "hedgespec")),
-    # one headline per engine (docs/benchmark.md): 3 per domain, 128 tokens, one at a time;
-    # vLLM plain, ngram, suffix (its defaults and at K; `make vllm-suffix`) and HedgeSpec
+    # the headline setting (docs/benchmark.md, "Current results"): 3 per domain, 128 tokens,
+    # one at a time; vLLM plain, ngram, suffix (its defaults and at K; `make vllm-suffix`) and
+    # HedgeSpec
     "headline": VllmBenchConfig(queries_per_domain=3, max_new_tokens=128, concurrencies=(1,),
                                 methods=("plain", "ngram", "suffix", "suffix-k", "hedgespec")),
     # issue 26: the load sweep on requests that stop at EOS
