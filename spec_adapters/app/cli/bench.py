@@ -254,14 +254,15 @@ def _distill_if_missing(args: argparse.Namespace, model, tok, domains: dict) -> 
     (its set ships in ``data/distilled``) or with ``--distilled-tokens 0``."""
     from spec_adapters.app.distill.answers import (
         DistillConfig,
+        answer_roots,
         distill,
         find_answers,
-        shipped_dir,
     )
     from spec_adapters.app.serve import find_vllm_python
 
-    tokens = pool_config(args).ngram.distilled_tokens
-    roots = [Path(args.cache_dir) / "distilled", shipped_dir()]
+    cfg = pool_config(args)
+    tokens = cfg.ngram.distilled_tokens
+    roots = answer_roots(cfg.answers_dir, args.cache_dir)
     if not tokens or (find_answers(roots, model, tok) / "manifest.json").is_file():
         return
     try:

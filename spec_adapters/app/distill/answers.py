@@ -43,8 +43,8 @@ from spec_adapters.app.args import check_int
 from spec_adapters.store.atomic import atomic_folder
 from spec_adapters.store.integrity import CacheError, file_digests, verify_files
 
-__all__ = ["ENGINES", "FORMAT", "DistillConfig", "answer_batch", "answers_folder", "distill",
-           "find_answers",
+__all__ = ["ENGINES", "FORMAT", "DistillConfig", "answer_batch", "answer_roots", "answers_folder",
+           "distill", "find_answers",
            "load_answers", "read_token_lists", "run_batches", "save_token_lists", "shipped_dir",
            "weights_fingerprint"]
 
@@ -157,6 +157,14 @@ def find_answers(roots: Sequence[str | os.PathLike], model, tokenizer) -> Path:
     so that the error names where the shipped set would be)."""
     folders = [answers_folder(r, model, tokenizer) for r in roots]
     return next((f for f in folders if (f / "manifest.json").is_file()), folders[-1])
+
+
+def answer_roots(answers_dir: str | os.PathLike | None, cache_dir: str | os.PathLike
+                 ) -> list[Path]:
+    """Where a target's answer set is looked for, in order: ``answers_dir`` alone when given,
+    else ``<cache_dir>/distilled`` then the repository's :func:`shipped_dir`; the first is
+    where a missing set is made."""
+    return [Path(answers_dir)] if answers_dir else [Path(cache_dir) / "distilled", shipped_dir()]
 
 
 def shipped_dir() -> Path:

@@ -13,7 +13,6 @@ import shutil
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from functools import cached_property
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from spec_adapters.app.corpora.split import cap_total
@@ -165,16 +164,14 @@ def save_answers(entry: Entry, model, tokenizer, domain, cfg: PoolConfig, cache_
     says so, never silently used).
     """
     from spec_adapters.app.distill.answers import (
+        answer_roots,
         find_answers,
         load_answers,
         save_token_lists,
-        shipped_dir,
         weights_fingerprint,
     )
 
-    roots = [Path(cfg.answers_dir)] if cfg.answers_dir else \
-        [Path(cache_dir) / "distilled", shipped_dir()]
-    folder = find_answers(roots, model, tokenizer)
+    folder = find_answers(answer_roots(cfg.answers_dir, cache_dir), model, tokenizer)
     answers, prompts = load_answers(folder, domain.name, weights_fingerprint(model, tokenizer),
                                     cfg.ngram.distilled_tokens)
     held = set(domain.prompts)
