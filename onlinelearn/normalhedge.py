@@ -190,8 +190,8 @@ class NormalHedge(Learner):
         invariant to scaling the regrets: the scale :math:`c` scales with :math:`R^2`, so ``v``
         is unchanged), and this learner's own rounds outweigh the prior after about ``m`` of
         them; its regret bound gains at most ``m`` (:math:`|R_{0,i}| \le m`). A ``source``
-        with no round (or ``rounds = 0``) leaves this learner as it is. Used by the vLLM
-        proposer to start a new request from the stream's learner.
+        with no round (or ``rounds = 0``) leaves this learner as it is. Used to start a new
+        request from its stream's learner (``spec_adapters.selection.session.Stream``).
 
         Raises
         ------

@@ -12,7 +12,8 @@ One round (HedgeSpec paper, Figure 1; ``docs/architecture.md``):
    and ``rho`` per drafter and position, and where each abstains (only for full-information
    policies);
 5. **update**: rounds whose window of ``K`` positions is verified are fed their loss vector
-   (:class:`~spec_adapters.selection.book.RoundBook`; cost-aware: every ``(i, k)``'s time loss
+   (:class:`~spec_adapters.selection.session.SelectionSession`, the session every engine
+   drives; cost-aware: every ``(i, k)``'s time loss
    from the window and the step costs measured online, paying for the drafts ``i`` would have
    made before abstaining); a bandit or fixed policy is fed the
    chosen drafter's loss right away (MetaSD-UCB: from the block's gamma that the scheme's
@@ -43,9 +44,8 @@ import torch
 from spec_adapters.core.sampling import SamplingConfig
 from spec_adapters.decoding.settings import PolicySettings
 from spec_adapters.hf.target import TargetModel
-from spec_adapters.selection.book import RoundBook, Window
 from spec_adapters.selection.costs import StepCosts
-from spec_adapters.selection.experts import LOSSES, expert_of, n_experts, window_losses
+from spec_adapters.selection.experts import LOSSES
 from spec_adapters.selection.policies import (
     FixedPolicy,
     bandit_loss,
@@ -53,6 +53,7 @@ from spec_adapters.selection.policies import (
     feedback_of,
     make_policy,
 )
+from spec_adapters.selection.session import Play, SelectionSession, options_per_drafter
 
 __all__ = ["DraftScheme", "GenerateOutput", "Query", "RoundInfo", "RoundLoop", "Verdict",
            "check_eos", "check_seed"]
@@ -176,12 +177,11 @@ class Query:
     sampling: SamplingConfig
     gen: torch.Generator
     rng: np.random.Generator
-    book: RoundBook
+    session: SelectionSession
     streamer: Any = None
     on_round: Callable[[RoundInfo], None] | None = None
     block_gamma: bool = False  # the scheme's verify fills Verdict.block_gamma (MetaSD-UCB)
     done: bool = False
-    played: list[int] = field(default_factory=list)  # round ids of this call
     rounds: list[RoundInfo] = field(default_factory=list)
     losses: list[tuple[int, list[float]]] = field(default_factory=list)
     seconds: dict[str, float] = field(default_factory=lambda: dict.fromkeys(STEPS, 0.0))
@@ -236,7 +236,7 @@ class DraftScheme(Protocol):
         context; with ``counterfactual``, return ``gamma, rho`` ``(N, m)`` at those tokens and,
         optionally, ``proposes`` ``(N, m)`` bool (``False`` where a drafter abstains;
         :func:`~spec_adapters.core.position_stats.position_stats`), for
-        :meth:`~spec_adapters.selection.book.RoundBook.record`."""
+        :meth:`~spec_adapters.selection.session.SelectionSession.record`."""
 
     def stats(self) -> dict[str, Any]:
         """Scheme-specific stats of the query that just ended (may be empty)."""
@@ -279,13 +279,6 @@ def check_eos(eos_token_id, vocab_size: int) -> frozenset[int]:
     return frozenset(int(e) for e in ids)
 
 
-def _learner_weights(policy) -> np.ndarray:
-    """The base learner's distribution (QPMD's own ``weights`` is one-hot while a prediction
-    is pending, which says nothing about what was learnt)."""
-    learner = getattr(policy, "learner", None)
-    return learner.weights if learner is not None else policy.weights
-
-
 class RoundLoop:
     """Lossless speculative decoding with online drafter selection over a :class:`DraftScheme`.
 
@@ -318,8 +311,9 @@ class RoundLoop:
         self.oracle = isinstance(policy, str) and policy.strip().lower() == "oracle"
         self.policy_name = policy if isinstance(policy, str) else type(policy).__name__
         n = len(scheme.names)
-        arms = n_experts(n, self.draft_length) if cost_aware and not self.oracle else n
-        self.policy = None if self.oracle else make_policy(policy, arms, delay)
+        self.options = options_per_drafter(self.draft_length, "time" if cost_aware else loss,
+                                           None)
+        self.policy = None if self.oracle else make_policy(policy, n * self.options, delay)
         if cost_aware and self.policy is not None and not self.policy.full_information:
             raise ValueError(f"cost_aware=True needs a full-information policy (normalhedge, "
                              f"hedge, adahedge), got {self.policy_name!r}")
@@ -376,10 +370,11 @@ class RoundLoop:
         if self.target.max_length is not None:
             limit = min(limit, self.target.max_length)
 
-        def query(streamer, on_round) -> Query:
-            book = RoundBook(len(self.scheme.names), self.draft_length,
-                             corrected=not sampling.greedy)
-            book.reset(prompt.numel())
+        def query(policy, streamer, on_round) -> Query:
+            session = SelectionSession(
+                policy, len(self.scheme.names), self.draft_length,
+                loss="time" if self.cost_aware else self.loss, corrected=not sampling.greedy,
+                first_position=prompt.numel())
             gen = torch.Generator(device=self.target.device)
             if seed is None:
                 gen.seed()
@@ -387,43 +382,45 @@ class RoundLoop:
                 gen.manual_seed(seed)
             return Query(seq=prompt.tolist(), prompt_len=prompt.numel(), limit=limit, eos=eos,
                          sampling=sampling, gen=gen, rng=np.random.default_rng(seed),
-                         book=book, streamer=streamer, on_round=on_round,
+                         session=session, streamer=streamer, on_round=on_round,
                          block_gamma=self.block_gamma, done=prompt.numel() >= limit)
 
         if self.oracle:
             n = len(self.scheme.names)
-            runs = [self._decode(FixedPolicy(n, i), query(None, None)) for i in range(n)]
+            # drafter i, K tokens (its last option)
+            runs = [self._decode(query(FixedPolicy(n * self.options, (i + 1) * self.options - 1),
+                                       None, None)) for i in range(n)]
             return self._best_of(runs, prompt, streamer, on_round)
         if not self.carry_state:
             self.policy.reset()
-        out, _ = self._decode(self.policy, query(streamer, on_round))
+        out, _ = self._decode(query(self.policy, streamer, on_round))
         return out
 
     # ------------------------------------------------------------------------------------
     # the loop
     # ------------------------------------------------------------------------------------
-    def _decode(self, policy, q: Query) -> tuple[GenerateOutput, list[RoundInfo]]:
+    def _decode(self, q: Query) -> tuple[GenerateOutput, list[RoundInfo]]:
         """Rounds until EOS or the length limit; the output and the rounds (for the oracle)."""
         start = time.perf_counter()
-        full = bool(policy.full_information)  # does the policy need every drafter's loss?
+        full = q.session.full_information  # does the policy need every drafter's loss?
         try:
             with q.clock("prefill"):
                 self._start(q)
             while not q.done:
                 with q.clock("select"):
-                    round_id, i, k, weights = self._select(policy, full, q)         # 1.
+                    play, k, weights = self._select(full, q)                          # 1.
                 with q.clock("draft"):
-                    draft = self.scheme.draft(i, q, k)                                # 2.
+                    draft = self.scheme.draft(play.drafter, q, k)                     # 2.
                 with q.clock("verify"):
                     verdict = self._commit(self.scheme.verify(draft, q), q)           # 3.
                 with q.clock("eval"):
                     stats = self.scheme.evaluate(verdict, q, full)                    # 4.
                 with q.clock("update"):
-                    self._update(policy, full, round_id, verdict, stats, q)           # 5.
-                self._report(i, k, verdict, weights, q)
+                    self._update(full, play, verdict, stats, q)                       # 5.
+                self._report(play.drafter, k, verdict, weights, q)
         finally:  # normal end or a step raised: no round of this call stays open
             with q.clock("update"):
-                censored = self._close(policy, q)
+                censored = q.session.close()
         if q.streamer is not None:
             q.streamer.end()
         return self._output(q, full, censored, time.perf_counter() - start), q.rounds
@@ -435,21 +432,15 @@ class RoundLoop:
         if q.streamer is not None:
             q.streamer.put(prompt.view(1, -1))
 
-    def _select(self, policy, full: bool, q: Query
-                ) -> tuple[int, int, int, tuple[float, ...]]:
+    def _select(self, full: bool, q: Query) -> tuple[Play, int, tuple[float, ...]]:
         """Step 1: the policy picks a drafter and a draft length (``K`` unless cost-aware);
-        the round's window is positions len(seq)..+K-1."""
-        weights = np.asarray(_learner_weights(policy), dtype=float)
-        round_id, e = policy.play(q.rng)
-        q.played.append(round_id)
+        the round's window is positions len(seq)..+K-1. Also the learner's weights per
+        drafter before the choice."""
+        weights = tuple(q.session.weights.tolist())
+        play = q.session.play(q.rng)
         if full:
-            q.book.open(round_id, len(q.seq))
-        if self.cost_aware and not isinstance(policy, FixedPolicy):
-            i, k = expert_of(e, self.draft_length)
-            weights = weights.reshape(-1, self.draft_length + 1).sum(1)
-        else:
-            i, k = int(e), self.draft_length
-        return round_id, i, k, tuple(weights.tolist())
+            q.session.open(play, len(q.seq))
+        return play, play.option if self.cost_aware else self.draft_length, weights
 
     @staticmethod
     def _commit(verdict: Verdict, q: Query) -> Verdict:
@@ -463,30 +454,22 @@ class RoundLoop:
             q.streamer.put(torch.tensor(verdict.tokens))
         return verdict
 
-    def _update(self, policy, full: bool, round_id: int, verdict: Verdict, stats, q: Query
-                ) -> None:
-        """Step 5: feed the losses of every round whose window is complete (full information),
-        or the chosen drafter's loss now (bandit / fixed; MetaSD-UCB: from the block gamma)."""
+    def _update(self, full: bool, play: Play, verdict: Verdict, stats, q: Query) -> None:
+        """Step 5: feed the losses of every round whose window is complete (full information:
+        per drafter, the paper's ``loss``, or cost-aware per ``(drafter, k)``, the time per
+        token Dinkelbach-linearised around the time per token achieved so far, expert
+        ``(i, k)`` paying for the ``min(k, lengths_i)`` tokens drafter ``i`` would have
+        drafted), or the chosen drafter's loss now (bandit / fixed; MetaSD-UCB: from the block
+        gamma)."""
         if not full:
-            policy.feed(round_id, block_loss(verdict.block_gamma) if q.block_gamma
-                        else bandit_loss(verdict.accepted, self.draft_length))
+            q.session.feed_chosen(play, block_loss(verdict.block_gamma) if q.block_gamma
+                                  else bandit_loss(verdict.accepted, self.draft_length))
             return
-        q.book.record(verdict.tokens, *stats)
-        for window in q.book.pop_completed():
-            losses = self._window_losses(window, q)
-            policy.feed(window.round_id, losses)
-            q.losses.append((window.round_id, losses.tolist()))
-
-    def _window_losses(self, w: Window, q: Query) -> np.ndarray:
-        """One loss per expert from a complete ``(N, K)`` window: per drafter (the paper's
-        ``loss``) or, cost-aware, per ``(drafter, k)`` (time per token, Dinkelbach-linearised
-        around the time per token achieved so far), expert ``(i, k)`` paying for the
-        ``min(k, lengths_i)`` tokens drafter ``i`` would have drafted (it abstains after
-        ``lengths_i``)."""
-        if not self.cost_aware:
-            return window_losses(w, self.loss, q.book.corrected)
-        return window_losses(w, "time", q.book.corrected, self.costs.round_costs(),
-                             self.costs.time_per_token)
+        q.session.record(verdict.tokens, *stats)
+        costs = self.costs
+        for scored in q.session.feed(None if costs is None else costs.round_costs(),
+                                     None if costs is None else costs.time_per_token):
+            q.losses.append((scored.round_id, scored.losses.tolist()))
 
     def _report(self, i: int, k: int, verdict: Verdict, weights: tuple[float, ...], q: Query
                 ) -> None:
@@ -503,15 +486,6 @@ class RoundLoop:
         q.rounds.append(info)
         if q.on_round is not None:
             q.on_round(info)
-
-    @staticmethod
-    def _close(policy, q: Query) -> list[int]:
-        """Censor the rounds of this call still outstanding (windows past the end)."""
-        outstanding = policy.outstanding
-        ids = [rid for rid in q.played if rid in outstanding]
-        for rid in ids:
-            policy.censor(rid)
-        return ids
 
     # ------------------------------------------------------------------------------------
     # plumbing
@@ -531,8 +505,8 @@ class RoundLoop:
             "weights": [list(r.weights) for r in q.rounds],
             "losses": q.losses,
             "censored": len(censored),
-            "gamma": torch.from_numpy(q.book.gamma) if full else None,
-            "rho": torch.from_numpy(q.book.rho) if full else None,
+            "gamma": torch.from_numpy(q.session.book.gamma) if full else None,
+            "rho": torch.from_numpy(q.session.book.rho) if full else None,
             **{f"{k}_seconds": v for k, v in q.seconds.items()},
             "total_seconds": total,
             "policy": self.policy_name,

@@ -63,15 +63,8 @@ import numpy as np
 from spec_adapters.drafters.point import PointDrafter, propose_all
 from spec_adapters.llamacpp.sampling_chain import draw_token
 from spec_adapters.llamacpp.target import GGUFTarget
-from spec_adapters.selection import (
-    RoundBook,
-    StepCosts,
-    StopRules,
-    acceptance_lengths,
-    make_policy,
-    window_losses,
-)
-from spec_adapters.selection.abstention import AcceptanceBook, expected_gains, paying_k
+from spec_adapters.selection import SelectionSession, StepCosts, StopRules, Stream, make_policy
+from spec_adapters.selection.abstention import paying_k
 from spec_adapters.selection.stop_rules import THRESHOLDS
 
 if TYPE_CHECKING:
@@ -160,9 +153,7 @@ class LlamaCppDecoder:
         if not self.policy.full_information:
             raise ValueError(f"policy {policy!r} is a bandit: the llama.cpp engine learns "
                              "from every drafter's counterfactual (a full-information policy)")
-        if isinstance(prior_rounds, bool) or not isinstance(prior_rounds, int) \
-                or prior_rounds < 0:
-            raise ValueError(f"prior_rounds must be an integer >= 0, got {prior_rounds!r}")
+        self.stream = Stream(len(self.drafters), draft_length, prior_rounds)
         if not 0.0 <= float(probe) <= 1.0:
             raise ValueError(f"probe must be in [0, 1], got {probe!r}")
         if row_seconds is None:
@@ -176,8 +167,7 @@ class LlamaCppDecoder:
         self.costs = StepCosts(len(self.drafters), draft_length)
         for n, sec in enumerate(row_seconds, 1):
             self.costs.observe_target(n, sec)
-        self.stream_book = AcceptanceBook(len(self.drafters), draft_length)
-        self.carry_state, self.prior_rounds, self.probe = carry_state, prior_rounds, float(probe)
+        self.carry_state, self.probe = carry_state, float(probe)
 
     def generate(self, prompt: Sequence[int], max_new_tokens: int = 128,
                  temperature: float = 0.0, top_k: int | None = None, top_p: float = 1.0,
@@ -194,19 +184,17 @@ class LlamaCppDecoder:
         seq = self._check_prompt(prompt)
         rng, gen = np.random.default_rng(seed), torch.Generator().manual_seed(seed)
         limit = min(len(seq) + max_new_tokens, self.target.n_ctx)
-        book = RoundBook(len(self.drafters), self.K, corrected=False)
-        book.reset(len(seq))
         if not self.carry_state:
             self.policy.reset()
-            self.stream_book = AcceptanceBook(len(self.drafters), self.K)
-        request = AcceptanceBook(len(self.drafters), self.K)
+            self.stream = Stream(len(self.drafters), self.K, self.stream.prior_rounds)
+        session = SelectionSession(self.policy, len(self.drafters), self.K, rules=self.rules,
+                                   stream=self.stream, first_position=len(seq))
         secs = dict.fromkeys(("prefill", "target", "draft", "select", "update"), 0.0)
         rounds: dict[str, list[int]] = {"chosen": [], "lengths": [], "accepted": []}
         counterfactual, evaluated = np.zeros(len(self.drafters)), 0
         i = 0  # the drafter reported for a round that is not played: the last one played
         gain, rescore = None, True  # the expected gains, recomputed when a round is scored
-        weights = None if on_round is None else \
-            self.policy.weights.reshape(len(self.drafters), -1).sum(1)
+        weights = None if on_round is None else session.weights
         start_all = time.perf_counter()
         pending = self.target.prefill(seq)  # the next token's logits while its input is cached
         secs["prefill"] = time.perf_counter() - start_all
@@ -214,16 +202,16 @@ class LlamaCppDecoder:
         while not done:
             t0 = time.perf_counter()
             if rescore:                                                       # 1 select
-                gain, rescore = self._gains(request), False
+                gain, rescore = self._gains(session), False
             # a round is played (and scored) unless no draft pays, then on a probe share only:
             # an unplayed round is a plain step and costs the learner nothing
             evaluate = gain is None or gain.max() > 0 or rng.random() < self.probe
             k = 0
             if evaluate:
                 if on_round is not None:
-                    weights = self.policy.weights.reshape(len(self.drafters), -1).sum(1)
-                rid, e = self.policy.play(rng)
-                i, r = divmod(e, len(self.rules))
+                    weights = session.weights
+                play = session.play(rng)
+                i, r = play.drafter, play.option
             t1 = time.perf_counter()
             draft = []                                                        # 2 draft
             if evaluate:
@@ -257,18 +245,12 @@ class LlamaCppDecoder:
             new = new[:min(len(new) if eog is None else eog + 1, limit - len(seq))]
             done = eog is not None or len(seq) + len(new) >= limit
             if evaluate:                                                      # 4 evaluate
-                book.open(rid, len(seq), drafts, data=lengths)
+                session.open(play, len(seq), drafts, rule_lengths=lengths)
             seq += new
-            book.record(new)
-            for w in book.pop_completed():                                    # 5 update
-                costs = self.costs.round_costs()
-                self.policy.feed(w.round_id, self.rules.losses(window_losses(
-                    w, "time", False, costs, self._tau(costs)), w.data))
-                accepted = acceptance_lengths(w.gamma, validate=False) - 1.0
-                drafted = np.minimum(np.arange(self.K + 1)[None, :], w.lengths[:, None])
-                request.add(accepted, drafted)
-                self.stream_book.add(accepted, drafted)
-                counterfactual += accepted[:, -1]
+            session.record(new)
+            costs = self.costs.round_costs()                                  # 5 update
+            for scored in session.feed(costs, self._tau(costs)):
+                counterfactual += scored.accepted[:, -1]
                 evaluated, rescore = evaluated + 1, True
             t4 = time.perf_counter()
             self.costs.observe_target(len(draft) + 1, t3 - t2)
@@ -286,8 +268,7 @@ class LlamaCppDecoder:
             if on_round is not None:
                 on_round(RoundInfo(len(rounds["chosen"]) - 1, i, self.names[i], n, len(draft),
                                    tuple(new), tuple(weights.tolist()), k))
-        for rid in book.close():
-            self.policy.censor(rid)
+        session.close()
         for d in self.drafters:  # the suffix drafter's memory of finished requests
             if hasattr(d, "commit"):
                 d.commit(np.asarray(seq, np.int64))
@@ -307,7 +288,7 @@ class LlamaCppDecoder:
                  "counterfactual_accepted": (counterfactual / max(evaluated, 1)).tolist()}
         return LlamaOutput(produced, stats)
 
-    def _gains(self, request: AcceptanceBook) -> np.ndarray | None:
+    def _gains(self, session: SelectionSession) -> np.ndarray | None:
         """Every expert's expected gain in seconds over a plain step
         (:func:`~spec_adapters.selection.abstention.expected_gains`), what a round drafting
         ``d`` tokens adds being ``T(1 + d) - T(1)`` (never negative, never falling with
@@ -315,15 +296,12 @@ class LlamaCppDecoder:
         round is scored. :meth:`generate` asks again only when a
         round is scored (the prices and ``tau`` it reads move slowly), so an abstaining stream
         pays nothing for it."""
-        est = request.estimate(self.stream_book, self.prior_rounds)
-        if est is None:
-            return None
         curve = self.costs.target_curve()
         extra = np.maximum.accumulate(np.maximum(curve - curve[0], 0.0))
         tau = self._tau(self.costs.round_costs())
         # a played round runs every drafter: drafting at all costs all their proposals
         drafting = self.K * float(np.nansum(self.costs.per_token))
-        return expected_gains(*est, tau, extra, drafting)
+        return session.gains(tau, extra, drafting)
 
     def _tau(self, costs: np.ndarray) -> float:
         """Seconds per token to linearise at: the rate so far, never above a plain step's

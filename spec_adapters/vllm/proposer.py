@@ -25,10 +25,13 @@ most its cap; the fixed lengths k = 0 .. K are rules too (``"stop_rules": [0]`` 
 them).
 
 The proposer is an adapter over the selection core (:mod:`spec_adapters.selection`): per
-request a :class:`~spec_adapters.selection.book.RoundBook` opened with every drafter's draft
-and fed the verified tokens, the losses of :func:`~spec_adapters.selection.experts.window_losses`,
-the learner of :func:`~spec_adapters.selection.policies.make_policy`; what is vLLM's own is
-matching rows to requests, timing engine steps, and the feedback budget below.
+request a :class:`~spec_adapters.selection.session.SelectionSession` (the session the
+transformers loop and the llama.cpp decoder drive too) whose rounds open with every drafter's
+draft and the step's prices, and which is fed the verified tokens; what is vLLM's own is
+matching rows to requests, timing engine steps, and the feedback budget below. A bandit or
+fixed policy drafts ``K`` tokens with its drafter (as published: no stop rules, no
+abstention) and is fed BanditSpec's loss of its accepted length at the next step, as in the
+transformers loop.
 
 Abstention at load (:mod:`spec_adapters.selection.abstention`). The step time is learned online
 as ``a + b_R rows + b_D drafted + c [drafted > 0]``
@@ -88,14 +91,12 @@ from typing import NamedTuple
 
 import numpy as np
 
-from onlinelearn.normalhedge import NormalHedge
 from spec_adapters.drafters.point import PromptLookup, SuffixDraft, propose_all
 from spec_adapters.drafters.pool_folder import load_pool_folder
-from spec_adapters.selection.abstention import AcceptanceBook, expected_gains, paying_k
-from spec_adapters.selection.book import RoundBook
+from spec_adapters.selection.abstention import paying_k
 from spec_adapters.selection.costs import StepTimeModel
-from spec_adapters.selection.experts import acceptance_lengths, window_losses
-from spec_adapters.selection.policies import make_policy
+from spec_adapters.selection.policies import bandit_loss, make_policy
+from spec_adapters.selection.session import Play, SelectionSession, Stream
 from spec_adapters.selection.stop_rules import StopRules
 from spec_adapters.store.target_pool import pool_folder
 from spec_adapters.vllm import sampling_fix
@@ -126,19 +127,19 @@ class StepPrices(NamedTuple):
 class RequestState:
     """Everything HedgeSpec keeps for one request; owned by that request alone.
 
-    Size: the policy over ``N R`` experts (``R`` stop rules), a round book of at most ``K``
-    open rounds of ``N K`` tokens, and ``HEAD + TAIL`` tokens of identity, whatever the
-    request's length; with the suffix drafter, also the request's tokens (``history``, the
-    buffer of its last step, 8 bytes a token), committed to the suffix memory when the state
-    is freed.
+    Size: its :class:`~spec_adapters.selection.session.SelectionSession` (the policy over
+    ``N R`` experts, ``R`` stop rules; a round book of at most ``K`` open rounds of ``N K``
+    tokens), and ``HEAD + TAIL`` tokens of identity, whatever the request's length; with the
+    suffix drafter, also the request's tokens (``history``, the buffer of its last step, 8
+    bytes a token), committed to the suffix memory when the state is freed. ``chosen``: a
+    bandit's round played last step, fed its accepted length at this one.
     """
 
     uid: int
     head: np.ndarray
-    policy: object
+    session: SelectionSession
     rng: np.random.Generator
-    book: RoundBook
-    acceptance: AcceptanceBook
+    chosen: Play | None = None
     n_tokens: int = 0
     tail: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
     draft: list[int] = field(default_factory=list)
@@ -212,13 +213,16 @@ class HedgeSpecProposer:
         self.config, self.K, self.max_model_len = config, k_max, max_model_len
         self.drafters = drafters
         self.names = [d.name for d in drafters]
-        self.rules = StopRules(k_max, config.stop_rules) if config.cost_aware else None
-        self.n_experts = len(drafters) * (len(self.rules) if self.rules else 1)
         self._policy_spec = self._resolve_policy(config)
-        make_policy(self._policy_spec, self.n_experts)  # fail now, not at the first request
+        # a bandit or fixed policy drafts K tokens with its drafter, as published
+        full = make_policy(self._policy_spec, len(drafters)).full_information
+        self.cost_aware = config.cost_aware and full
+        self.rules = StopRules(k_max, config.stop_rules) if self.cost_aware else None
+        self.n_experts = len(drafters) * (len(self.rules) if self.rules else 1)
         self.step_time = StepTimeModel(fixed=config.step_costs,
                                        speculation_term=config.drafting_price)
-        self.stream_book = AcceptanceBook(len(drafters), k_max)
+        self.stream = Stream(len(drafters), k_max, config.prior_rounds,
+                             self.n_experts if self._policy_spec == "normalhedge" else None)
         self.stats = ProposerStats(self.names, config.stats)
         self.tau: float | None = None  # the batch's seconds per generated token (EMA)
         self.step_s: float | None = None  # seconds per engine step (EMA)
@@ -226,8 +230,6 @@ class HedgeSpecProposer:
         self.propose_s = np.full(len(drafters), np.nan)  # each drafter's proposal (EMA)
         self.scoring_s: float | None = None  # scoring one evaluated round (EMA)
         self.rounds = {"played": 0, "evaluated": 0}
-        self.stream = NormalHedge(self.n_experts) \
-            if config.prior_rounds and self._policy_spec == "normalhedge" else None
         self.states: dict[int, RequestState] = {}
         self._next_uid = 0
         self._last_call: float | None = None
@@ -258,7 +260,7 @@ class HedgeSpecProposer:
         if i >= len(self.drafters):
             raise ValueError(f"{ENV_VAR} ({config.source}): fixed:{i} is out of range for "
                              f"{len(self.drafters)} drafters {self.names}")
-        return f"fixed:{i * len(self.rules) + self.K if self.rules else i}"  # rule (0, K)
+        return config.policy
 
     def load_model(self, *args, **kwargs) -> None:
         """vLLM's CPU runner calls this with the target model; nothing to load."""
@@ -302,7 +304,7 @@ class HedgeSpecProposer:
                 out.append([])
                 continue
             st, buf, _sampled = row
-            self._feed(st, buf)
+            self._feed(st, buf, _sampled)
             drafter, draft = self._draft(st, buf, prices, evaluate)
             out.append(draft)
             played.append((drafter, len(draft)))
@@ -351,21 +353,19 @@ class HedgeSpecProposer:
     def _new_state(self, buf: np.ndarray) -> RequestState:
         """A request's state at its first step."""
         uid, self._next_uid = self._next_uid, self._next_uid + 1
-        n = len(self.drafters)
-        book = RoundBook(n, self.K, corrected=False)  # point masses: rho = gamma
-        book.reset(len(buf))
-        st = RequestState(uid, buf[:HEAD].copy(), make_policy(self._prior(), self.n_experts),
-                          np.random.default_rng([self.config.seed, uid]), book,
-                          AcceptanceBook(n, self.K))
+        session = SelectionSession(  # point masses: rho = gamma
+            self._policy(), len(self.drafters), self.K, rules=self.rules,
+            loss="time" if self.cost_aware else "eal", stream=self.stream,
+            first_position=len(buf))
+        st = RequestState(uid, buf[:HEAD].copy(), session,
+                          np.random.default_rng([self.config.seed, uid]))
         self.states[uid] = st
         return st
 
-    def _prior(self):
-        """A new request's learner: the policy name, or (``prior_rounds``) a NormalHedge
-        holding the stream's regrets shrunk to ``prior_rounds`` rounds (module docstring)."""
-        if self.stream is None or self.stream.t == 0:
-            return self._policy_spec
-        return NormalHedge(self.n_experts).warm_start(self.stream, self.config.prior_rounds)
+    def _policy(self):
+        """A new request's learner: the policy, warm-started from the stream's
+        (``prior_rounds``; :meth:`~spec_adapters.selection.session.Stream.policy`)."""
+        return self.stream.policy(self._policy_spec, self.n_experts)
 
     def _forget_idle(self, claimed: set[int]) -> None:
         """Free the states of requests absent for ``idle_steps`` steps (finished ones), their
@@ -379,31 +379,22 @@ class HedgeSpecProposer:
                 del self.states[uid]
 
     # ------------------------------------------------------------------ one request
-    def _feed(self, st: RequestState, buf: np.ndarray) -> None:
-        """Score every round whose K verified tokens are in ``buf`` and update the learner."""
-        K = self.K
-        st.book.record(buf[st.book.end:])
-        loss = "time" if self.config.cost_aware else "eal"
-        for w in st.book.pop_completed():
-            start = time.perf_counter()
-            arm, costs, rule_lengths = w.data
-            losses = window_losses(w, loss, False, costs, self._tau(costs))
-            if self.rules is not None:
-                losses = self.rules.losses(losses, rule_lengths)
-            if not st.policy.full_information:  # a bandit: its own draft's loss alone
-                st.policy.feed(w.round_id, float(losses[arm]))
-                continue
-            st.policy.feed(w.round_id, losses)
-            accepted = acceptance_lengths(w.gamma, validate=False) - 1.0
-            drafted = np.minimum(np.arange(K + 1)[None, :], w.lengths[:, None])
-            st.acceptance.add(accepted, drafted)
-            self.stream_book.add(accepted, drafted)
-            self.stats.evaluated_round(accepted[:, K])
-            if self.stream is not None:
-                self.stream.update(losses)
-            spent = time.perf_counter() - start
+    def _feed(self, st: RequestState, buf: np.ndarray, sampled: list[int]) -> None:
+        """A bandit's last round gets its accepted length (``sampled``: the accepted drafts
+        and one more token); every round whose K verified tokens are in ``buf`` is scored and
+        fed to the learner."""
+        if st.chosen is not None:
+            st.session.feed_chosen(st.chosen, bandit_loss(len(sampled) - 1, self.K))
+            st.chosen = None
+        start = time.perf_counter()
+        st.session.record(buf[st.session.book.end:])
+        scored = st.session.feed(tau=self._tau)
+        for s in scored:
+            self.stats.evaluated_round(s.accepted[:, self.K])
+        if scored:
+            spent = (time.perf_counter() - start) / len(scored)
             self.scoring_s = _ema(self.scoring_s, spent)
-            self.stats.evaluation_s += spent
+            self.stats.evaluation_s += spent * len(scored)
 
     def _tau(self, costs: np.ndarray) -> float | None:
         """The seconds per token the time loss and the gains are linearised at: the batch's
@@ -442,16 +433,16 @@ class HedgeSpecProposer:
         counterfactuals, else the round is censored; a request that abstains and is not scored
         plays no round at all (drafter ``None``). A bandit policy's round keeps its own draft
         only."""
-        K, n = self.K, len(buf)
+        K, n, session = self.K, len(buf), st.session
         gain = self._gains(st, prices)
         abstain = gain is not None and gain.max() <= 0  # no expert of this request pays
-        full = st.policy.full_information and \
+        full = session.full_information and \
             st.rng.random() < evaluate * (self.config.probe if abstain else 1.0)
         i = None
         st.draft = []
         if full or not abstain:
-            round_id, arm = st.policy.play(st.rng)
-            i, r = divmod(arm, len(self.rules)) if self.rules else (arm, None)
+            play = session.play(st.rng)
+            i, r = play.drafter, play.option
             start = time.perf_counter()
             pays = gain is None or gain[i].max() > 0  # some length of drafter i pays
             drafts, confidence, seconds = propose_all(self.drafters, buf, K,
@@ -461,7 +452,7 @@ class HedgeSpecProposer:
             self.propose_s[ran] = np.where(np.isnan(old), seconds[ran],
                                            _ema(old, seconds[ran]))
             lengths = self.rules.lengths(confidence) if self.rules else None
-            k = K if r is None else int(lengths[i, r])
+            k = K if lengths is None else int(lengths[i, r])
             if gain is not None:
                 k = paying_k(gain[i], k)
             k = max(0, min(k, self.max_model_len - n - 1))
@@ -471,10 +462,12 @@ class HedgeSpecProposer:
                 self.drafting_s = _ema(self.drafting_s, spent)
                 self.stats.evaluation_s += spent
                 self.rounds["evaluated"] += 1
-            if full or not st.policy.full_information:
-                st.book.open(round_id, n, drafts, data=(arm, prices.costs, lengths))
-            else:
-                st.policy.censor(round_id)
+            if full:
+                session.open(play, n, drafts, rule_lengths=lengths, costs=prices.costs)
+            elif session.full_information:
+                session.censor(play)
+            else:  # a bandit: fed its accepted length at the next step
+                st.chosen = play
             chosen = drafts[i, :k]
             st.draft = [int(t) for t in chosen[chosen >= 0]]
         st.n_tokens, st.tail = n, buf[-TAIL:].copy()
@@ -488,16 +481,13 @@ class HedgeSpecProposer:
         """Every expert's expected gain at this load (:func:`expected_gains`), ``None`` where
         the cost-aware abstention does not apply (a bandit, ``cost_aware`` off) or nothing is
         known yet (no step timed, no round scored)."""
-        if not (self.config.cost_aware and st.policy.full_information) or self.tau is None:
+        if not self.cost_aware or self.tau is None:
             return None
-        est = st.acceptance.estimate(self.stream_book, self.config.prior_rounds)
-        return None if est is None else expected_gains(*est, prices.tau, prices.draft_s,
-                                                       prices.fixed_s)
+        return st.session.gains(prices.tau, prices.draft_s, prices.fixed_s)
 
     def _write_trace(self, st: RequestState, drafter: int | None, k: int, evaluated: bool,
                      costs: np.ndarray) -> None:
-        w = np.asarray(st.policy.weights, dtype=np.float64)
-        by_drafter = w.reshape(len(self.drafters), -1).sum(axis=1)
+        by_drafter = st.session.weights
         self._trace.write(json.dumps({
             "req": st.uid, "head": st.head[:8].tolist(), "n": st.n_tokens,
             "live": len(self.states),

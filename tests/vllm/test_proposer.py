@@ -288,7 +288,7 @@ def test_memory_per_request_is_bounded(tmp_path):
             sizes.append(tracemalloc.get_traced_memory()[0])
     tracemalloc.stop()
     (st,) = prop.states.values()
-    assert len(st.book.open_rounds) <= prop.K
+    assert len(st.session.book.open_rounds) <= prop.K
     assert sizes[1] - sizes[0] < 64 * 1024, sizes  # flat: no growth with the request's length
 
 
@@ -472,7 +472,7 @@ def test_rounds_left_unevaluated_are_censored_and_outputs_stay_greedy(tmp_path, 
     calls = sum(c.calls for c in counters)
     assert full * len(counters) <= calls <= full * len(counters) + (played - full)
     for st in prop.states.values():  # the finished requests' states, not yet freed
-        assert len(st.policy.outstanding) <= prop.K  # every other round fed or censored
+        assert len(st.session.policy.outstanding) <= prop.K  # every other round fed or censored
 
 
 def test_a_bandit_policy_drafts_with_the_played_drafter_only(tmp_path):
@@ -497,16 +497,17 @@ def test_bad_stop_rules_name_the_problem(tmp_path, rules):
 
 def test_stop_rules_set_the_expert_family_and_fixed_plays_the_full_length(tmp_path):
     """(drafter, rule) experts: 1 + 3 K rules with three thresholds; [0] alone is the
-    (drafter, k) family; fixed:<i> plays drafter i's rule (0, K), its whole draft."""
+    (drafter, k) family; fixed:<i> plays drafter i with its whole draft (no rules)."""
     prop = _proposer(tmp_path, pool=None, prompt_lookup=(1, 2), suffix=False,
                      stop_rules=(0.0, 0.5, 0.8))
     assert prop.n_experts == 2 * (1 + 3 * prop.K)
     assert _proposer(tmp_path, pool=None, prompt_lookup=(1, 2), suffix=False,
                      stop_rules=(0.0,)).n_experts == 2 * (prop.K + 1)
     fixed = _proposer(tmp_path, pool=None, prompt_lookup=(1, 2), suffix=False, policy="fixed:1")
-    e = fixed._resolve_policy(fixed.config)
-    i, r = divmod(int(e[6:]), len(fixed.rules))
-    assert i == 1 and fixed.rules.cap[r] == fixed.K and fixed.rules.theta[r] == 0.0
+    assert fixed.rules is None and fixed.n_experts == 2  # the drafters, K tokens each
+    fixed.propose([[3]], np.array([21]), np.array([[*range(20), 3] * 2]))
+    (st,) = fixed.states.values()
+    assert st.session.play(st.rng).drafter == 1
 
 
 def test_a_learner_whose_rounds_are_never_evaluated_is_never_fed(tmp_path, monkeypatch):
@@ -521,9 +522,9 @@ def test_a_learner_whose_rounds_are_never_evaluated_is_never_fed(tmp_path, monke
 def test_a_new_request_starts_from_the_streams_weights_shrunk_to_prior_rounds(tmp_path):
     prop = _proposer(tmp_path, prior_rounds=8, probe=1.0, feedback_budget=1.0)  # all scored
     _run(prop, n_requests=3)
-    stream = prop.stream
+    stream = prop.stream.learner
     assert stream.t > 8 and len(set(np.round(stream.weights, 12))) > 1  # it learned something
-    first = prop._prior()
+    first = prop._policy().learner
     assert first.t == 8
     np.testing.assert_allclose(first.R, stream.R * 8 / stream.t)
     np.testing.assert_allclose(first.weights, stream.weights, atol=1e-12)  # scale-invariant
@@ -536,7 +537,8 @@ def test_without_a_prior_every_request_starts_uniform(tmp_path):
     for settings in ({"prior_rounds": 0}, {"policy": "hedge"}):
         prop = _proposer(tmp_path, **settings)
         _run(prop, n_requests=2)
-        assert prop.stream is None and isinstance(prop._prior(), str)
+        assert prop.stream.learner is None
+        assert prop._policy().learner.t == 0
 
 
 @pytest.mark.parametrize("value", [-1, 1.5, True])

@@ -418,7 +418,7 @@ def test_a_round_with_no_draft_is_a_plain_target_step():
     scheme.start(prompt)
     query = Query(seq=prompt.tolist(), prompt_len=4, limit=20, eos=frozenset(),
                   sampling=SamplingConfig(0.0), gen=torch.Generator().manual_seed(0),
-                  rng=np.random.default_rng(0), book=None)
+                  rng=np.random.default_rng(0), session=None)
     draft = scheme.draft(0, query, 3)
     assert draft.tokens.shape == (0,)
     verdict = scheme.verify(draft, query)
