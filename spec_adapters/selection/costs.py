@@ -1,5 +1,6 @@
 """What a round costs, in seconds, measured online: the ``c_i(k)`` of the time loss
-(:mod:`spec_adapters.selection.experts`). Two estimators, for the two shapes of engine.
+(:mod:`spec_adapters.selection.experts`). Two estimators, for the two shapes of engine, and
+the seconds per generated token ``tau`` both linearise at (:class:`TokenRate`).
 
 One request at a time (the transformers loop, the llama.cpp engine): :class:`StepCosts`
 times each part of a round, ``c_i(k) = T(k + 1) + D_i(k) + O``, with ``T(n)`` the target's
@@ -66,10 +67,48 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["StepCosts", "StepTimeModel"]
+__all__ = ["StepCosts", "StepTimeModel", "TokenRate"]
 
 RIDGE = 1e-9  # weight of the pull of b_R, b_D towards 0, per unit of total weight
 SAME = 1.0    # weight of the pull of b_D towards b_R: one step's
+
+
+class TokenRate:
+    """Seconds per generated token, followed online (``tau_hat`` of the time loss).
+
+    ``value = S / N`` with ``S`` and ``N`` the seconds and tokens of the rounds (or engine
+    steps) observed, each weighted ``(1 - alpha)^age``: both sums forget at the same rate,
+    so their ratio is unbiased from the first observation on.
+
+    Parameters
+    ----------
+    alpha : float or None, default None
+        Weight of the newest observation in ``(0, 1]``; ``None``: every observation weighs the
+        same (the rate so far: one request at a time, the transformers and llama.cpp loops).
+        The vLLM proposer forgets (0.2 a step): its load changes.
+    """
+
+    def __init__(self, alpha: float | None = None) -> None:
+        if alpha is not None and not 0.0 < float(alpha) <= 1.0:
+            raise ValueError(f"alpha must be None or in (0, 1], got {alpha!r}")
+        self.keep = 1.0 if alpha is None else 1.0 - float(alpha)
+        self.seconds, self.tokens = 0.0, 0.0
+
+    def observe(self, seconds: float, tokens: int) -> TokenRate:
+        """``seconds`` that produced ``tokens`` (finite, >= 0)."""
+        s = float(seconds)
+        if not np.isfinite(s) or s < 0:
+            raise ValueError(f"seconds must be finite and >= 0, got {seconds!r}")
+        if isinstance(tokens, bool) or int(tokens) != tokens or tokens < 0:
+            raise ValueError(f"tokens must be an integer >= 0, got {tokens!r}")
+        self.seconds = self.keep * self.seconds + s
+        self.tokens = self.keep * self.tokens + int(tokens)
+        return self
+
+    @property
+    def value(self) -> float | None:
+        """Seconds per token; ``None`` before the first token."""
+        return self.seconds / self.tokens if self.tokens > 0 else None
 
 
 class StepCosts:
@@ -104,7 +143,7 @@ class StepCosts:
         self.target = np.full(self.k + 1, np.nan)     # T(n) at index n - 1
         self.per_token = np.full(self.n, np.nan)      # D_i(k) / k
         self.overhead = np.nan                        # O
-        self.seconds, self.tokens = 0.0, 0            # every round so far, for tau
+        self.rate = TokenRate()                       # every round so far, for tau
 
     @staticmethod
     def _check_seconds(seconds: float) -> float:
@@ -141,18 +180,14 @@ class StepCosts:
 
     def observe_round(self, seconds: float, tokens: int) -> StepCosts:
         """A whole round took ``seconds`` and produced ``tokens`` (for :attr:`time_per_token`)."""
-        s = self._check_seconds(seconds)
-        if isinstance(tokens, bool) or int(tokens) != tokens or tokens < 0:
-            raise ValueError(f"tokens must be an integer >= 0, got {tokens!r}")
-        self.seconds += s
-        self.tokens += int(tokens)
+        self.rate.observe(seconds, tokens)
         return self
 
     @property
     def time_per_token(self) -> float | None:
         """Seconds per generated token over every observed round (``tau_hat`` of the loss);
         ``None`` before the first token."""
-        return self.seconds / self.tokens if self.tokens else None
+        return self.rate.value
 
     def target_curve(self) -> np.ndarray:
         """``T(n)`` for ``n = 1 .. K + 1`` (interpolated where unmeasured; 0 if none is)."""
@@ -176,7 +211,7 @@ class StepCosts:
             return [None if np.isnan(x) else float(x) for x in np.atleast_1d(a)]
         return {"n": self.n, "k": self.k, "alpha": self.alpha, "target": enc(self.target),
                 "per_token": enc(self.per_token), "overhead": enc(self.overhead)[0],
-                "seconds": self.seconds, "tokens": self.tokens}
+                "seconds": self.rate.seconds, "tokens": int(self.rate.tokens)}
 
 
 class StepTimeModel:

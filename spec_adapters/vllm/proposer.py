@@ -94,7 +94,7 @@ import numpy as np
 from spec_adapters.drafters.point import PromptLookup, SuffixDraft, propose_all
 from spec_adapters.drafters.pool_folder import load_pool_folder
 from spec_adapters.selection.abstention import paying_k
-from spec_adapters.selection.costs import StepTimeModel
+from spec_adapters.selection.costs import StepTimeModel, TokenRate
 from spec_adapters.selection.policies import bandit_loss, make_policy
 from spec_adapters.selection.session import Play, SelectionSession, Stream
 from spec_adapters.selection.stop_rules import StopRules
@@ -224,7 +224,7 @@ class HedgeSpecProposer:
         self.stream = Stream(len(drafters), k_max, config.prior_rounds,
                              self.n_experts if self._policy_spec == "normalhedge" else None)
         self.stats = ProposerStats(self.names, config.stats)
-        self.tau: float | None = None  # the batch's seconds per generated token (EMA)
+        self.rate = TokenRate(alpha=0.2)  # the batch's seconds per generated token
         self.step_s: float | None = None  # seconds per engine step (EMA)
         self.drafting_s: float | None = None  # every drafter drafting for one row (EMA)
         self.propose_s = np.full(len(drafters), np.nan)  # each drafter's proposal (EMA)
@@ -293,8 +293,7 @@ class HedgeSpecProposer:
         if seconds is not None and live:
             if not prefill:  # prompt tokens cost far less each than decode rows: not fitted
                 self.step_time.observe(len(live), drafted, seconds)
-            per_token = seconds / sum(len(sampled) for _st, _buf, sampled in live)
-            self.tau = _ema(self.tau, per_token)
+            self.rate.observe(seconds, sum(len(sampled) for _st, _buf, sampled in live))
             self.step_s = _ema(self.step_s, seconds)
         prices = self._prices(max(len(live), 1))
         evaluate = self.evaluation_probability(len(live))
@@ -395,6 +394,12 @@ class HedgeSpecProposer:
             spent = (time.perf_counter() - start) / len(scored)
             self.scoring_s = _ema(self.scoring_s, spent)
             self.stats.evaluation_s += spent * len(scored)
+
+    @property
+    def tau(self) -> float | None:
+        """The batch's seconds per generated token (:class:`TokenRate`, forgetting 0.2 a
+        step); ``None`` before a step is timed."""
+        return self.rate.value
 
     def _tau(self, costs: np.ndarray) -> float | None:
         """The seconds per token the time loss and the gains are linearised at: the batch's

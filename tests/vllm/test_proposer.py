@@ -18,6 +18,7 @@ import pytest
 from spec_adapters.drafters.point import PointDrafter
 from spec_adapters.drafters.pool_folder import load_pool_folder
 from spec_adapters.selection.abstention import expected_gains
+from spec_adapters.selection.costs import TokenRate
 from spec_adapters.store.pool_settings import NGramPoolSettings
 from spec_adapters.vllm.config import ProposerConfig, load_config
 from spec_adapters.vllm.proposer import HedgeSpecProposer
@@ -571,9 +572,9 @@ def test_the_rate_the_gains_are_linearised_at_never_exceeds_a_plain_steps(tmp_pa
     share; linearising there would make drafts look worth more the more they lose."""
     prop = _proposer(tmp_path, step_costs=(0.04, 0.006, 0.006))
     costs = prop.step_time.expert_costs(16, prop.K)  # plain share: 0.04 / 16 + 0.006
-    prop.tau = 0.05  # a losing stream's rate
+    prop.rate = TokenRate().observe(0.05, 1)  # a losing stream's rate
     assert prop._tau(costs) == pytest.approx(0.0085)
-    prop.tau = 0.004  # a winning one's: its own
+    prop.rate = TokenRate().observe(0.004, 1)  # a winning one's: its own
     assert prop._tau(costs) == 0.004
     gains = expected_gains(np.array([[0.0, 0.6]]), np.array([[0.0, 1.0]]), prop._tau(costs),
                            prop.step_time.draft_seconds())

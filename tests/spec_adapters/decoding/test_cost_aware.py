@@ -170,4 +170,4 @@ def test_costs_persist_across_queries(models):
     dec = HedgeSpecDecoder(target, drafters, draft_length=K, cost_aware=True)
     dec.generate(IDS, max_new_tokens=10, seed=0)
     dec.generate(IDS, max_new_tokens=10, seed=0)
-    assert dec.costs.tokens == 20 and not np.isnan(dec.costs.target[0])
+    assert dec.costs.rate.tokens == 20 and not np.isnan(dec.costs.target[0])

@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from spec_adapters.selection.costs import StepCosts, StepTimeModel
+from spec_adapters.selection.costs import StepCosts, StepTimeModel, TokenRate
 from spec_adapters.selection.experts import expert_losses
 
 
@@ -124,3 +124,25 @@ def test_time_per_token_accumulates_rounds():
     with pytest.raises(ValueError, match="tokens must be an integer"):
         c.observe_round(0.1, -1)
     assert c.state_dict()["tokens"] == 4
+
+
+def test_a_forgetting_rate_weighs_seconds_and_tokens_alike_from_the_first_step():
+    r = TokenRate(alpha=0.2)
+    assert r.value is None
+    assert r.observe(0.3, 2).value == pytest.approx(0.15)  # no start-up bias
+    r.observe(0.1, 2)
+    assert r.value == pytest.approx((0.8 * 0.3 + 0.1) / (0.8 * 2 + 2))
+    for _ in range(60):  # the old rate is forgotten
+        r.observe(0.02, 1)
+    assert r.value == pytest.approx(0.02, rel=1e-4)
+
+
+@pytest.mark.parametrize(("args", "match"), [
+    ((float("nan"), 1), "seconds must be finite"), ((0.1, 1.5), "tokens must be an integer")])
+def test_a_token_rate_refuses_bad_observations_and_keeps_its_value(args, match):
+    r = TokenRate(alpha=0.2).observe(0.2, 2)
+    with pytest.raises(ValueError, match=match):
+        r.observe(*args)
+    assert r.value == pytest.approx(0.1)
+    with pytest.raises(ValueError, match="alpha must be None or in"):
+        TokenRate(alpha=0.0)
