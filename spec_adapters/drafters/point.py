@@ -252,20 +252,6 @@ class SuffixDraft(PointDrafter):
         continuation probability.
 
         Complexity: ``min(k, budget)`` queries, each ``O(L)`` over the buffer plus the
-        memory's anchor search (:meth:`SuffixIndex.continuations`).
+        memory's anchor search, in one compiled call (:meth:`SuffixIndex.greedy_draft`).
         """
-        h = np.asarray(history)
-        n, k = len(h), max(int(k), 0)
-        ctx = np.empty(n + k, np.int64)
-        ctx[:n] = h
-        confidence = np.empty(k)
-        budget = k
-        for j in range(k):
-            found = self.index.continuations(ctx[:n + j])
-            if j == 0:
-                budget = min(k, self.rule.budget(found.length))
-            nxt = self.rule.greedy(found) if j < budget else None
-            if nxt is None:
-                return Proposal(ctx[n:n + j].copy(), confidence[:j])
-            ctx[n + j], confidence[j] = nxt
-        return Proposal(ctx[n:].copy(), confidence)
+        return Proposal(*self.index.greedy_draft(history, k, self.rule))

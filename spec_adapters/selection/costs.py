@@ -245,6 +245,7 @@ class StepTimeModel:
         self.speculation_term = bool(speculation_term)
         self._xx = np.zeros((4, 4))  # weighted sums of x x^T, x = (1, R, D, [D > 0])
         self._xt = np.zeros(4)       # weighted sums of x t
+        self._fit: tuple[float, float, float, float] | None = None  # until the next observe
 
     @property
     def observed(self) -> bool:
@@ -260,6 +261,7 @@ class StepTimeModel:
         x = np.array([1.0, r, d, float(d > 0 and self.speculation_term)])
         self._xx = self.decay * self._xx + np.outer(x, x)
         self._xt = self.decay * self._xt + x * t
+        self._fit = None
         return self
 
     def coefficients(self) -> tuple[float, float, float, float]:
@@ -267,6 +269,12 @@ class StepTimeModel:
         any observation."""
         if self.fixed is not None:
             return self.fixed
+        if self._fit is None:
+            self._fit = self._solve()
+        return self._fit
+
+    def _solve(self) -> tuple[float, float, float, float]:
+        """The penalised least-squares fit of :meth:`coefficients` (once per observation)."""
         w = self._xx[0, 0]
         if w <= 0:
             return 0.0, 0.0, 0.0, 0.0

@@ -106,6 +106,38 @@ def test_corpus_ngram_with_the_request_counted_in_brute_force(tmp_path, cw):
     assert differs  # the request's own n-grams changed some drafts
 
 
+def _suffix_reference(draft: SuffixDraft, history: np.ndarray, k: int):
+    """SuffixDraft's rule written out over the index's Python queries: each token the rule's
+    greedy choice of the continuations after the history plus the drafts so far."""
+    ctx, conf, budget = list(history), [], k
+    for j in range(k):
+        found = draft.index.continuations(np.array(ctx))
+        budget = min(k, draft.rule.budget(found.length)) if j == 0 else budget
+        pick = draft.rule.greedy(found) if j < budget else None
+        if pick is None:
+            break
+        ctx.append(pick[0])
+        conf.append(pick[1])
+    return ctx[len(history):], conf
+
+
+@pytest.mark.parametrize(("vocab", "min_prob", "spec_factor"), [
+    (6, 0.1, 1.0), (30, 0.4, 0.5), (3, 0.0, 2.0), (12, 0.6, 1.0)])
+def test_the_compiled_suffix_draft_is_its_rule_over_the_index(vocab, min_prob, spec_factor):
+    rng = np.random.default_rng(vocab)
+    draft = SuffixDraft(max_tokens=300, max_depth=5, min_prob=min_prob, spec_factor=spec_factor)
+    drafted = 0
+    for _ in range(60):
+        draft.commit(rng.integers(0, vocab, size=int(rng.integers(1, 50))))
+        history = rng.integers(0, vocab, size=int(rng.integers(1, 40)))
+        got = draft.propose(history, 5)
+        tokens, conf = _suffix_reference(draft, history, 5)
+        assert got.tokens.dtype == np.int64 and got.tokens.tolist() == tokens
+        np.testing.assert_array_equal(got.confidence, conf)
+        drafted += len(tokens)
+    assert drafted >= 10  # the rule drafted, not only abstained
+
+
 def test_suffix_draft_is_the_suffix_drafters_greedy_draft_on_the_same_index():
     rng = np.random.default_rng(0)
     for spec_factor in (1.0, 0.5):
