@@ -52,9 +52,12 @@ def tiny_llama(folder: Path, vocab_size: int = 512, seed: int = 0, logit_scale: 
     return folder
 
 
-def tiny_gemma3(folder: Path, vocab_size: int = 4096, seed: int = 0) -> Path:
+def tiny_gemma3(folder: Path, vocab_size: int = 4096, seed: int = 0, logit_scale: float = 1.0
+                ) -> Path:
     """Save a tiny random Gemma-3 (text) to ``folder``: sliding-window layers (window 8) beside
-    a full one, head_dim 64, a vocabulary of ``vocab_size``: the second architecture."""
+    a full one, head_dim 64, a vocabulary of ``vocab_size``: the second architecture.
+    ``logit_scale`` multiplies its logits (the final norm's gain ``1 + w``; the output layer is
+    the tied embedding), as :func:`tiny_llama`'s."""
     import torch
     from transformers import Gemma3ForCausalLM, Gemma3TextConfig
 
@@ -66,7 +69,10 @@ def tiny_gemma3(folder: Path, vocab_size: int = 4096, seed: int = 0) -> Path:
                                            "full_attention"],
                               max_position_embeddings=1024, bos_token_id=1, eos_token_id=2,
                               pad_token_id=0, tie_word_embeddings=True)
-    Gemma3ForCausalLM(config).eval().save_pretrained(folder)
+    model = Gemma3ForCausalLM(config).eval()
+    with torch.no_grad():
+        model.model.norm.weight.add_(1.0).mul_(logit_scale).sub_(1.0)
+    model.save_pretrained(folder)
     return folder
 
 

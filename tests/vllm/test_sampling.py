@@ -6,6 +6,10 @@ One batch mixes greedy rows, seeded sampled rows and 600 unseeded sampled rows o
 greedy prompts alone, after the batch), the HedgeSpec proposer, and vLLM's ngram (the
 reference; both speculative runs with the project's plugin, spec_adapters/vllm/sampling_fix.py).
 tests/vllm/repro_mixed_batch.py shows the same batch going wrong without the plugin.
+
+The second architecture, a tiny Gemma-3 (sliding windows of 8, a 4,096-token vocabulary, the
+same peaked laws): its seeded rows and 600 unseeded rows of the law's prompt, plain and
+HedgeSpec, two more engines in the same process.
 """
 
 from __future__ import annotations
@@ -17,9 +21,10 @@ import numpy as np
 import pytest
 from scipy.stats import chi2_contingency
 
-from tests.vllm.engine_run import run_engines, tiny_llama
+from tests.vllm.engine_run import run_engines, tiny_gemma3, tiny_llama
 
 V, GREEDY_TOKENS, LAW_TOKENS, N_LAW = 512, 32, 8, 600
+V_GEMMA, GEMMA_SCALE = 4096, 60.0
 CHAT = {"temperature": 0.7, "top_p": 0.9}
 GREEDY = [[5, 6, 7, 8, 5, 6, 7], [40, 41, 42, 40, 41, 42, 40], [99, 7, 99, 7, 99]]
 SEEDED = [[12, 13, 14, 15, 12, 13], [60, 61, 60, 61, 60], [300, 301, 302, 300]]
@@ -61,13 +66,23 @@ def runs(tmp_path_factory):
     # law under test is the rejection rule's
     cfg.write_text(json.dumps({"pool": None, "trace": str(tmp / "trace.jsonl"),
                                "step_costs": {"step_s": 0.01, "row_s": 0.0, "draft_s": 0.0}}))
-    plain, spec, ngram = run_engines([  # three engines, one after the other in one process
+    gemma = {"model": str(tiny_gemma3(tmp / "gemma", V_GEMMA, logit_scale=GEMMA_SCALE)),
+             **batch, "prompts": batch["prompts"][1::2][:len(SEEDED)] + [LAW_PROMPT] * N_LAW,
+             "max_tokens": [GREEDY_TOKENS] * len(SEEDED) + [LAW_TOKENS] * N_LAW,
+             "sampling": batch["sampling"][1::2][:len(SEEDED)] + [CHAT] * N_LAW}
+    gemma_cfg = tmp / "gemma.json"
+    gemma_cfg.write_text(cfg.read_text().replace("trace.jsonl", "gemma-trace.jsonl"))
+    plain, spec, ngram, gemma_plain, gemma_spec = run_engines([  # one after the other
         plain,
         {"model": model, **batch, "speculative_config": HEDGESPEC,
          "env": {"HEDGESPEC_VLLM_CONFIG": str(cfg)}},
-        {"model": model, **batch, "speculative_config": NGRAM}], tmp)
+        {"model": model, **batch, "speculative_config": NGRAM},
+        gemma,
+        {**gemma, "speculative_config": HEDGESPEC,
+         "env": {"HEDGESPEC_VLLM_CONFIG": str(gemma_cfg)}}], tmp)
     return {"plain": plain["tokens"], "hedgespec": spec["tokens"], "ngram": ngram["tokens"],
-            "trace": tmp / "trace.jsonl"}
+            "trace": tmp / "trace.jsonl", "gemma-plain": gemma_plain["tokens"],
+            "gemma-hedgespec": gemma_spec["tokens"], "gemma-trace": tmp / "gemma-trace.jsonl"}
 
 
 def _rows(tokens: list, kind: str) -> list:
@@ -104,11 +119,21 @@ def test_seeded_requests_keep_the_drafts_that_their_own_noise_picks(runs):
     assert sum(jumps.values()) > 0, jumps
 
 
-def test_the_sampled_law_under_speculation_is_plain_vllms(runs):
+def test_a_gemma3_targets_seeded_requests_reproduce_plain_decoding(runs):
+    seeded = runs["gemma-plain"][:len(SEEDED)]
+    assert len({tuple(t) for t in seeded}) == 3 and all(len(t) == GREEDY_TOKENS for t in seeded)
+    assert runs["gemma-hedgespec"][:len(SEEDED)] == seeded
+
+
+@pytest.mark.parametrize("target", ["llama", "gemma"])
+def test_the_sampled_law_under_speculation_is_plain_vllms(runs, target):
     """Chi-square, plain vs HedgeSpec, on each of the first LAW_TOKENS positions of 600
     unseeded requests (tokens seen fewer than 10 times in both pooled into one cell)."""
-    law = slice(2 * len(GREEDY), 2 * len(GREEDY) + N_LAW)
-    plain, spec = np.array(runs["plain"][law]), np.array(runs["hedgespec"][law])
+    first = 2 * len(GREEDY) if target == "llama" else len(SEEDED)
+    law = slice(first, first + N_LAW)
+    prefix = "" if target == "llama" else "gemma-"
+    plain = np.array(runs[f"{prefix}plain"][law])
+    spec = np.array(runs[f"{prefix}hedgespec"][law])
     assert plain.shape == spec.shape == (N_LAW, LAW_TOKENS)
     for pos in range(LAW_TOKENS):
         values = np.union1d(plain[:, pos], spec[:, pos])
@@ -122,7 +147,7 @@ def test_the_sampled_law_under_speculation_is_plain_vllms(runs):
         assert p > 1e-3, (pos, p, table)
     # the law's rows were verified with drafts, and some drafts were accepted
     steps = {}
-    for line in runs["trace"].read_text().splitlines():
+    for line in runs[f"{prefix}trace"].read_text().splitlines():
         rec = json.loads(line)
         if rec["head"][:8] == LAW_PROMPT:
             steps.setdefault(rec["req"], []).append((rec["n"], rec["k"]))
