@@ -19,7 +19,8 @@ One round (the transformers loop's, with point-mass drafters; every decision is
             top-k, top-p on the softmax of the raw logits, then the temperature over what is
             kept (common/sampling.cpp's order; typical and min-p off)
     the cache keeps [last] + the accepted drafts; the next token is the round's last
-    the RoundBook scores every drafter's draft against the verified tokens -> window losses
+    the request's SelectionSession (:mod:`spec_adapters.selection.session`, the one every
+    engine drives) scores every drafter's draft against the verified tokens -> window losses
     (the time loss of each (drafter, k), step costs measured online; a rule's loss is that
     of its length this round) -> the learner
 
