@@ -174,7 +174,6 @@ class SelectionSession:
         self.book = RoundBook(self.n, self.K, corrected=corrected)
         self.book.reset(first_position)
         self.acceptance = AcceptanceBook(self.n, self.K)
-        self.played: list[int] = []
         self.rule_lengths: dict[int, np.ndarray] = {}
 
     @property
@@ -193,7 +192,6 @@ class SelectionSession:
     def play(self, rng: np.random.Generator) -> Play:
         """The learner picks an expert for the next round."""
         round_id, e = self.policy.play(rng)
-        self.played.append(round_id)
         drafter, option = divmod(int(e), self.options)
         return Play(round_id, int(e), drafter, option)
 
@@ -268,13 +266,14 @@ class SelectionSession:
         return None if est is None else expected_gains(*est, tau, draft_s, fixed_s)
 
     def close(self) -> list[int]:
-        """Generation stopped: censor every round of this session still outstanding (windows
-        past the end; a step that raised); their ids."""
+        """Generation stopped: censor every round still outstanding (windows past the end; a
+        step that raised); their ids. A policy is driven by one session at a time (an engine
+        carrying it across requests closes each request's session before the next opens), so
+        every outstanding round is this session's, and the session keeps no list of its own
+        rounds: its size does not grow with the request."""
         self.book.close()
         self.rule_lengths.clear()
-        outstanding = self.policy.outstanding
-        ids = [rid for rid in self.played if rid in outstanding]
+        ids = sorted(self.policy.outstanding)
         for rid in ids:
             self.policy.censor(rid)
-        self.played = []
         return ids
