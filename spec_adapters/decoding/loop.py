@@ -467,7 +467,7 @@ class RoundLoop:
             return
         q.session.record(verdict.tokens, *stats)
         costs = self.costs
-        for scored in q.session.feed(None if costs is None else costs.round_costs(),
+        for scored in q.session.feed(None if costs is None else costs.round_costs,
                                      None if costs is None else costs.time_per_token):
             q.losses.append((scored.round_id, scored.losses.tolist()))
 

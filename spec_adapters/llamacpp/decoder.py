@@ -248,9 +248,8 @@ class LlamaCppDecoder:
             if evaluate:                                                      # 4 evaluate
                 session.open(play, len(seq), drafts, rule_lengths=lengths)
             seq += new
-            session.record(new)
-            costs = self.costs.round_costs()                                  # 5 update
-            for scored in session.feed(costs, self._tau(costs)):
+            session.record(new)                                               # 5 update
+            for scored in session.feed(self.costs.round_costs, self._tau):
                 counterfactual += scored.accepted[:, -1]
                 evaluated, rescore = evaluated + 1, True
             t4 = time.perf_counter()

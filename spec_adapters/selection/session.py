@@ -222,19 +222,23 @@ class SelectionSession:
         them: :meth:`RoundBook.record`)."""
         self.book.record(tokens, gamma, rho, proposes)
 
-    def feed(self, costs: np.ndarray | None = None, tau: Tau = None) -> list[Scored]:
+    def feed(self, costs: np.ndarray | Callable[[], np.ndarray] | None = None,
+             tau: Tau = None) -> list[Scored]:
         """Feed every window now complete to the learner; the scored windows, in order.
 
         Parameters
         ----------
-        costs : numpy.ndarray, optional
+        costs : numpy.ndarray or callable, optional
             The time loss's ``c(k)`` ``(K + 1,)`` or ``c_i(k)`` ``(N, K + 1)`` for windows
-            opened without their own.
+            opened without their own, or a function giving them, called once and only when
+            such a window completes (most rounds complete none: no pricing then).
         tau : float, callable or None
             Seconds per token to linearise at, or a function of a window's costs giving it.
         """
         out = []
         for w in self.book.pop_completed():
+            if w.data is None and callable(costs):
+                costs = costs()
             c = costs if w.data is None else w.data
             if self.loss == "time":
                 losses = window_losses(w, "time", self.book.corrected, c,
