@@ -27,6 +27,8 @@ Telemetry (``GET /stats``, and the ``--stats`` file rewritten atomically after e
     {"requests", "new_tokens", "rounds", "seconds", "tok_s", "mean_accepted_tokens",
      "non_target_share": the part of the decoding time outside llama_decode,
      "row_ms": one llama_decode of 1 .. K + 1 rows, as the decoder priced them at load,
+     "prompt_tokens_cached": prompt tokens the target's prompt cache held (a chat template's
+                             system prompt: decoded once, not per request),
      "drafters": {name: {"chosen": rounds it drafted, "chosen_share": of all rounds,
                          "acceptance": mean tokens its K-token draft would have had accepted
                                        (counterfactual, over every evaluated round)}}}
@@ -122,6 +124,7 @@ class ServedStats:
         self.names, self.path, self.row_ms = list(names), path, row_ms
         self._lock = threading.Lock()
         self.requests = self.new_tokens = self.rounds = self.evaluated = 0
+        self.prompt_reused = 0
         self.seconds = self.target_seconds = 0.0
         self.chosen = np.zeros(len(names), np.int64)
         self.accepted = np.zeros(len(names))
@@ -143,6 +146,7 @@ class ServedStats:
         self.requests += 1
         self.new_tokens += stats["new_tokens"]
         self.rounds += stats["target_calls"]
+        self.prompt_reused += stats["prompt_reused"]
         self.seconds += stats["total_seconds"]
         self.target_seconds += stats["target_seconds"] + stats["prefill_seconds"]
         for i, k in zip(stats["chosen"], stats["lengths"], strict=True):
@@ -158,7 +162,7 @@ class ServedStats:
                 "mean_accepted_tokens": self.new_tokens / rounds if self.rounds else None,
                 "non_target_share": (1 - self.target_seconds / self.seconds
                                      if self.seconds else None),
-                "row_ms": self.row_ms,
+                "row_ms": self.row_ms, "prompt_tokens_cached": self.prompt_reused,
                 "drafters": {n: {"chosen": int(self.chosen[j]),
                                  "chosen_share": self.chosen[j] / rounds,
                                  "acceptance": (self.accepted[j] / self.evaluated
@@ -234,6 +238,7 @@ class LlamaCppServer(ThreadingHTTPServer):
         yield target.detokenize(done)[len(shown):], "stop" if stop else "length", {
             "prompt_tokens": len(prompt), "completion_tokens": len(item.tokens),
             "total_tokens": len(prompt) + len(item.tokens),
+            "prompt_tokens_details": {"cached_tokens": item.stats["prompt_reused"]},
             "mean_accepted_tokens": item.stats["mean_accepted_tokens"]}
 
 

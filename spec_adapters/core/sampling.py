@@ -32,6 +32,7 @@ from collections.abc import Callable, Sequence
 
 import torch
 
+from spec_adapters.core.coupled import coupled_walk
 from spec_adapters.core.proposal import Rows, as_rows, check_distribution
 from spec_adapters.core.warping import SamplingConfig
 
@@ -302,12 +303,9 @@ class _DrawChooser(_Chooser):
 
 
 def _coupled_rule(p: torch.Tensor, draft: list[int], rand: _Chooser):
-    """The coupled rule, written once (see :func:`coupled_accept`)."""
-    for k, x in enumerate(draft):
-        token = rand.categorical(p[k], slot=k)  # what plain decoding draws at position k
-        if token != x:
-            return k, token
-    return len(draft), rand.categorical(p[len(draft)], slot=len(draft))
+    """The coupled rule (:func:`~spec_adapters.core.coupled.coupled_walk`) on the rows ``p``,
+    position ``k``'s token drawn by ``rand`` (what plain decoding draws there)."""
+    return coupled_walk(draft, lambda k: rand.categorical(p[k], slot=k))
 
 
 def coupled_accept(p: torch.Tensor, draft: Sequence[int],

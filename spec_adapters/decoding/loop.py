@@ -53,7 +53,12 @@ from spec_adapters.selection.policies import (
     feedback_of,
     make_policy,
 )
-from spec_adapters.selection.session import Play, SelectionSession, options_per_drafter
+from spec_adapters.selection.session import (
+    Play,
+    RoundInfo,
+    SelectionSession,
+    options_per_drafter,
+)
 
 __all__ = ["DraftScheme", "GenerateOutput", "Query", "RoundInfo", "RoundLoop", "Verdict",
            "check_eos", "check_seed"]
@@ -89,44 +94,6 @@ class GenerateOutput:
 
     sequences: torch.LongTensor
     stats: dict[str, Any]
-
-
-@dataclass(frozen=True)
-class RoundInfo:
-    """What ``generate(..., on_round=f)`` passes to ``f`` once per round.
-
-    Attributes
-    ----------
-    index : int
-        Round number within this ``generate`` call, from 0.
-    drafter : int
-        Index of the drafter the policy chose for this round.
-    drafter_name : str
-        Its name (``stats["drafters"][drafter]``).
-    accepted : int
-        Drafts accepted by the target, ``0 .. K``.
-    drafted : int
-        Tokens drafted this round (``K``; fewer at the context limit, when the drafter
-        abstains, or when a cost-aware policy chose a shorter draft; 0 = a plain step).
-    tokens : tuple of int
-        The round's new verified tokens (accepted drafts plus the resampled / bonus token, cut
-        after EOS or at the length limit); concatenated over rounds they are the output.
-    weights : tuple of float
-        The policy's base-learner distribution over drafters before the choice
-        (``stats["weights"]``; cost-aware: summed over each drafter's draft lengths).
-    length : int
-        The draft length the policy chose, ``K`` unless cost-aware (``stats["lengths"]``);
-        ``drafted`` is at most this.
-    """
-
-    index: int
-    drafter: int
-    drafter_name: str
-    accepted: int
-    drafted: int
-    tokens: tuple[int, ...]
-    weights: tuple[float, ...]
-    length: int
 
 
 @dataclass

@@ -57,19 +57,23 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
 import numpy as np
 
+from spec_adapters.core.coupled import coupled_walk
 from spec_adapters.drafters.point import PointDrafter, propose_all
 from spec_adapters.llamacpp.sampling_chain import draw_token
 from spec_adapters.llamacpp.target import GGUFTarget
-from spec_adapters.selection import SelectionSession, StepCosts, StopRules, Stream, make_policy
+from spec_adapters.selection import (
+    RoundInfo,
+    SelectionSession,
+    StepCosts,
+    StopRules,
+    Stream,
+    make_policy,
+)
 from spec_adapters.selection.abstention import paying_k
 from spec_adapters.selection.stop_rules import THRESHOLDS
-
-if TYPE_CHECKING:
-    from spec_adapters.decoding.loop import RoundInfo
 
 __all__ = ["LlamaCppDecoder", "LlamaOutput", "plain_generate"]
 
@@ -81,7 +85,8 @@ class LlamaOutput:
     ``accepted`` (a round the learner does not play reports its last drafter in ``chosen``),
     seconds per part (``prefill``, ``target``: the rounds' decodes, ``draft``, ``select``,
     ``update``), ``non_target_share`` (the share of the whole that is not a
-    ``llama_decode``), ``row_ms`` (a decode of ``1 .. K + 1`` rows, as priced at load),
+    ``llama_decode``), ``prompt_reused`` (the prompt's tokens the target's prompt cache
+    held), ``row_ms`` (a decode of ``1 .. K + 1`` rows, as priced at load),
     ``rows_invariant`` (the target's rows alone = batched, checked at load for rounds of up to
     ``K + 1`` rows: greedy output is then llama.cpp's one-token greedy output), and
     per drafter ``counterfactual_accepted``: the mean tokens its
@@ -175,15 +180,11 @@ class LlamaCppDecoder:
                  seed: int = 0, stop_at_eog: bool = True,
                  on_round: Callable[[RoundInfo], None] | None = None) -> LlamaOutput:
         """Generate up to ``max_new_tokens`` after ``prompt`` (token ids); ``on_round`` gets a
-        :class:`~spec_adapters.decoding.RoundInfo` per round (as the transformers decoder's).
+        :class:`~spec_adapters.selection.RoundInfo` per round (as the transformers decoder's).
         Stops after an end-of-generation token (``stop_at_eog``) or at the context's end."""
-        import torch
-
-        from spec_adapters.core.sampling import coupled_accept
-        from spec_adapters.decoding.loop import RoundInfo
-
         seq = self._check_prompt(prompt)
-        rng, gen = np.random.default_rng(seed), torch.Generator().manual_seed(seed)
+        # the learner's randomness, and the draws: plain_generate's generator for this seed
+        rng, draws = np.random.default_rng([seed, 1]), np.random.default_rng(seed)
         limit = min(len(seq) + max_new_tokens, self.target.n_ctx)
         if not self.carry_state:
             self.policy.reset()
@@ -236,8 +237,8 @@ class LlamaCppDecoder:
             else:  # each position's token drawn as plain_generate draws it (same seed: same
                 # tokens); a draft is kept while it equals that token; a row is warped only
                 # when the rule reaches it
-                n, nxt = coupled_accept(torch.from_numpy(logits), draft, lambda _k, row:
-                                        draw_token(row.numpy(), temperature, top_k, top_p, gen))
+                n, nxt = coupled_walk(draft, lambda j, rows=logits: draw_token(
+                    rows[j], temperature, top_k, top_p, draws))
             self.target.keep(len(seq) + n)            # [last] + the accepted drafts
             pending = None  # the next token (nxt) is not cached yet
             new = [*draft[:n], nxt]
@@ -281,7 +282,7 @@ class LlamaCppDecoder:
                  **{f"{k}_seconds": v for k, v in secs.items()}, "total_seconds": total,
                  "non_target_share":
                      1.0 - (secs["target"] + secs["prefill"]) / total if total else 0.0,
-                 "evaluated_rounds": evaluated,
+                 "evaluated_rounds": evaluated, "prompt_reused": self.target.prompt_reused,
                  "row_ms": (1e3 * self.row_seconds).round(3).tolist(),
                  "rows_invariant": self.target.rows_invariant
                  and self.target.round_rows >= self.K + 1,
@@ -330,18 +331,16 @@ def plain_generate(target: GGUFTarget, prompt: Sequence[int], max_new_tokens: in
     """llama.cpp decoding, one token per ``llama_decode`` with the last row's logits only:
     the baseline, and the output HedgeSpec's must equal (greedy: the argmax; sampled: one draw
     per token, :func:`~spec_adapters.llamacpp.sampling_chain.draw_token`: llama.cpp's chain,
-    then the inverse CDF of one uniform from a torch generator seeded with ``seed``, as
+    then the inverse CDF of one uniform from a numpy generator seeded with ``seed``, as
     :meth:`LlamaCppDecoder.generate` draws). ``on_token`` is called with each new token as
     soon as it is known."""
-    import torch
-
-    gen = torch.Generator().manual_seed(seed)
+    draws = np.random.default_rng(seed)
     seq = [int(t) for t in prompt]
     limit = min(len(seq) + max_new_tokens, target.n_ctx)
     logits = target.prefill(seq)
     while len(seq) < limit:
         nxt = (int(logits.argmax()) if temperature <= 0
-               else draw_token(logits, temperature, top_k, top_p, gen))
+               else draw_token(logits, temperature, top_k, top_p, draws))
         seq.append(nxt)
         if on_token is not None:
             on_token(nxt)

@@ -6,8 +6,10 @@ logits; then the smallest most-probable set whose softmax *of the raw logits* re
 
 .. math:: p(x) \\propto \\exp(z_x / T) \\;\\text{for } x \\text{ kept}, \\quad 0 \\text{ otherwise}.
 
-Plain decoding and HedgeSpec's coupled rule both draw through :func:`draw_token`, so for one
-seed they draw the same tokens (``python -m proofs_check --only seeded``).
+Plain decoding and HedgeSpec's coupled rule both draw through :func:`draw_token`, one
+uniform per token from a numpy generator seeded with the request's seed, so for one seed they
+draw the same tokens (``python -m proofs_check --only seeded``). Nothing here needs torch: the
+llama.cpp engine's per-token work is numpy beside llama.cpp's C.
 
 Cost. A row has 49,152 (SmolLM2) to 262,144 (Gemma-3) logits and is warped once per generated
 token, beside a ``llama_decode`` of 10-30 ms. :func:`warp_row` never touches the whole row in
@@ -83,15 +85,15 @@ def warp_llama(logits: np.ndarray, temperature: float, top_k: int | None, top_p:
 
 
 def draw_token(logits: np.ndarray, temperature: float, top_k: int | None, top_p: float,
-               generator) -> int:
+               rng: np.random.Generator) -> int:
     """One token from a row of logits ``(V,)``: :func:`warp_row`, then the inverse CDF (in
-    token-id order) of one float64 uniform from the torch ``generator``, as
-    :func:`~spec_adapters.core.sampling.sample_token` draws from the full row (the cut
-    tokens' zeros move no boundary): the draw plain decoding makes per token and
-    HedgeSpec's coupled rule makes per position."""
-    import torch
-
-    from spec_adapters.core.sampling import sample_token
-
+    token-id order) of one float64 uniform from the request's ``rng``: the token whose CDF
+    interval holds ``u`` times the total (the cut tokens' zeros move no boundary, so this is
+    the full warped row's draw); the draw plain decoding makes per token and HedgeSpec's
+    coupled rule makes per position."""
     ids, p = warp_row(logits, temperature, top_k, top_p)
-    return int(ids[sample_token(torch.from_numpy(p), generator)])
+    cdf = np.cumsum(p)
+    j = int(np.searchsorted(cdf, rng.random() * cdf[-1], side="right"))
+    if j >= len(ids):  # u * total rounded up to the total: the last token kept with mass
+        j = int(np.flatnonzero(p > 0)[-1])
+    return int(ids[j])

@@ -17,7 +17,8 @@ package owns the choice of drafter and draft length and what it learns from:
 ``policies``        :func:`make_policy`: HedgeSpec (NormalHedge...), the bandits, fixed
 ``session``         :class:`SelectionSession`: one request's play / open / record / feed /
                     censor / close over the above, the same verbs in every engine;
-                    :class:`Stream`: what the requests of a stream share
+                    :class:`Stream`: what the requests of a stream share; :class:`RoundInfo`:
+                    what a round did, as every engine reports it to ``on_round``
 
 The drafters it chooses among are :mod:`spec_adapters.drafters` (the point-mass ones, which
 the vLLM and llama.cpp engines use: :mod:`spec_adapters.drafters.point`). Importing it never
@@ -39,10 +40,10 @@ from spec_adapters.selection.experts import (
     window_losses,
 )
 from spec_adapters.selection.policies import make_policy
-from spec_adapters.selection.session import Play, Scored, SelectionSession, Stream
+from spec_adapters.selection.session import Play, RoundInfo, Scored, SelectionSession, Stream
 from spec_adapters.selection.stop_rules import StopRules
 
-__all__ = ["LENGTH_LOSSES", "LOSSES", "AcceptanceBook", "Play", "RoundBook", "Scored",
+__all__ = ["LENGTH_LOSSES", "LOSSES", "AcceptanceBook", "Play", "RoundBook", "RoundInfo", "Scored",
            "SelectionSession", "StepCosts", "StepTimeModel", "StopRules", "Stream", "Window",
            "acceptance_lengths", "expected_gains", "expert_losses", "expert_of",
            "greedy_stats", "make_policy", "n_experts", "paying_k", "window_losses"]

@@ -30,6 +30,7 @@ rounds) and, where new requests are warm-started, one NormalHedge fed every scor
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -46,9 +47,47 @@ from spec_adapters.selection.experts import (
 from spec_adapters.selection.policies import make_policy
 from spec_adapters.selection.stop_rules import StopRules
 
-__all__ = ["Play", "Scored", "SelectionSession", "Stream"]
+__all__ = ["Play", "RoundInfo", "Scored", "SelectionSession", "Stream"]
 
 Tau = float | None | Callable[[np.ndarray], float | None]
+
+
+@dataclass(frozen=True)
+class RoundInfo:
+    """What ``generate(..., on_round=f)`` passes to ``f`` once per round.
+
+    Attributes
+    ----------
+    index : int
+        Round number within this ``generate`` call, from 0.
+    drafter : int
+        Index of the drafter the policy chose for this round.
+    drafter_name : str
+        Its name (``stats["drafters"][drafter]``).
+    accepted : int
+        Drafts accepted by the target, ``0 .. K``.
+    drafted : int
+        Tokens drafted this round (``K``; fewer at the context limit, when the drafter
+        abstains, or when a cost-aware policy chose a shorter draft; 0 = a plain step).
+    tokens : tuple of int
+        The round's new verified tokens (accepted drafts plus the resampled / bonus token, cut
+        after EOS or at the length limit); concatenated over rounds they are the output.
+    weights : tuple of float
+        The policy's base-learner distribution over drafters before the choice
+        (``stats["weights"]``; cost-aware: summed over each drafter's draft lengths).
+    length : int
+        The draft length the policy chose, ``K`` unless cost-aware (``stats["lengths"]``);
+        ``drafted`` is at most this.
+    """
+
+    index: int
+    drafter: int
+    drafter_name: str
+    accepted: int
+    drafted: int
+    tokens: tuple[int, ...]
+    weights: tuple[float, ...]
+    length: int
 
 
 class Play(NamedTuple):

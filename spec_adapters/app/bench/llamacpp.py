@@ -10,6 +10,9 @@ prompt. Methods (:data:`METHODS`):
 ``plain``       llama.cpp one token per ``llama_decode`` with the last row's logits, our loop
                 (:func:`spec_adapters.llamacpp.plain_generate`; sampled: the same draw per
                 token as HedgeSpec's, so a seed gives both the same tokens): the reference;
+                with ``prompt_cache`` (default) it keeps the prompt prefix its cache holds
+                from the stream's previous request, as ``Llama.generate`` does (HedgeSpec on a
+                target of its own alike, so both see the same cache);
 ``cpp-plain``   llama.cpp's own ``llama-completion``, greedy or sampled (its C++ sampler),
                 the prompt in one batch as ours: the C++ reference for outputs and speed;
 ``lcp-plain``   llama-cpp-python's ``Llama.generate`` (its C sampler chain);
@@ -90,6 +93,7 @@ class LlamaCppBenchConfig:
     n_ctx: int = 1024
     methods: tuple[str, ...] = METHODS
     seed: int = 0
+    prompt_cache: bool = True
 
     def __post_init__(self) -> None:
         unknown = set(self.methods) - set(METHODS)
@@ -210,15 +214,18 @@ def run_llamacpp_bench(gguf: Path, prompts: Sequence[tuple[str, str, list[int]]]
     check_settings(out, {"llamacpp": asdict(cfg), "gguf": str(Path(gguf).resolve()),
                          "prompts": [qid for qid, _d, _ids in prompts]})
     records = CellRecords(out / "records.jsonl")
-    target = GGUFTarget(gguf, n_ctx=cfg.n_ctx, n_threads=cfg.threads,
-                        round_rows=cfg.draft_length + 1)
+    # our two loops each on a target of their own: a prompt cache holds its own stream
+    targets = {m: GGUFTarget(gguf, n_ctx=cfg.n_ctx, n_threads=cfg.threads,
+                             round_rows=cfg.draft_length + 1, prompt_cache=cfg.prompt_cache)
+               for m in ("plain", "hedgespec")}
+    target = targets["plain"]
     llms = _llama_cpp_python(gguf, cfg)
     texts = [target.detokenize(ids, special=True) for _q, _d, ids in prompts]
     warm_ids = target.tokenize("<|im_start|>user\nSay hello.<|im_end|>\n<|im_start|>assistant\n")
     cells = [(n, t) for n in cfg.lengths for t in cfg.temperatures if not records.has(n, t)]
     for n, temp in cells:
-        methods = _Methods(target, llms, pool_factory(target.vocab_size), cfg, gguf, cpp_bin,
-                           n, temp)
+        methods = _Methods(targets, llms, pool_factory(target.vocab_size), cfg, gguf,
+                           cpp_bin, n, temp)
         for m in cfg.methods:  # untimed: the first decodes of a process are slower
             methods.run(m, warm_ids, target.detokenize(warm_ids, special=True), 0)
         rows = []
@@ -235,7 +242,8 @@ def run_llamacpp_bench(gguf: Path, prompts: Sequence[tuple[str, str, list[int]]]
             rows.append(row)
         records.add({"n": n, "temperature": temp, "rows": rows,
                      "row_seconds": methods.hedgespec.row_seconds.tolist()})
-    target.close()
+    for t in targets.values():
+        t.close()
     summary = {"settings": asdict(cfg),
                "cells": {f"n{r['n']}-t{r['temperature']}": summarize_cell(r, cfg.methods)
                          for r in sorted(records.rows.values(),
@@ -251,13 +259,13 @@ class _Methods:
     """Every method of one cell (``n`` new tokens at most, temperature ``temp``): ``run``
     gives one prompt's output (tokens, or text for llama-lookup), seconds and target calls."""
 
-    def __init__(self, target, llms: dict, pool: list, cfg: LlamaCppBenchConfig, gguf: Path,
-                 cpp_bin: Path | None, n: int, temp: float) -> None:
+    def __init__(self, targets: dict, llms: dict, pool: list, cfg: LlamaCppBenchConfig,
+                 gguf: Path, cpp_bin: Path | None, n: int, temp: float) -> None:
         from spec_adapters.llamacpp import LlamaCppDecoder
 
-        self.target, self.llms, self.cfg, self.gguf = target, llms, cfg, gguf
+        self.target, self.llms, self.cfg, self.gguf = targets["plain"], llms, cfg, gguf
         self.cpp_bin, self.n, self.temp = cpp_bin, n, temp
-        self.hedgespec = LlamaCppDecoder(target, pool, cfg.draft_length)
+        self.hedgespec = LlamaCppDecoder(targets["hedgespec"], pool, cfg.draft_length)
 
     def run(self, method: str, ids: list[int], text: str, seed: int) -> dict:
         """One prompt's output; our loops (plain, hedgespec) also time each new token's
@@ -275,19 +283,20 @@ class _Methods:
         if method == "plain":
             toks = plain_generate(self.target, ids, n, on_token=lambda _t: clock.tick(),
                                   temperature=temp, top_p=cfg.top_p, seed=seed)
+            return {"tokens": toks, "seconds": time.perf_counter() - t0,
+                    "token_seconds": clock.seconds, "prompt_reused": self.target.prompt_reused}
         elif method == "hedgespec":
             r = self.hedgespec.generate(ids, n, temperature=temp, top_p=cfg.top_p, seed=seed,
                                         on_round=on_round)
             return {"tokens": r.tokens, "seconds": time.perf_counter() - t0,
                     "calls": r.stats["target_calls"], "token_seconds": clock.seconds,
-                    "non_target_share": r.stats["non_target_share"]}
+                    "non_target_share": r.stats["non_target_share"],
+                    "prompt_reused": r.stats["prompt_reused"]}
         elif method in CPP_TOOLS:
             return cpp_generate(method, self.cpp_bin, self.gguf, text, n, temp, cfg.top_p,
                                 cfg.draft_length, cfg.threads, cfg.n_ctx, seed)
-        else:
-            toks = _lcp_generate(self.llms[method], ids, n, temp, cfg.top_p, seed)
-        return {"tokens": toks, "seconds": time.perf_counter() - t0,
-                **({"token_seconds": clock.seconds} if clock.seconds else {})}
+        toks = _lcp_generate(self.llms[method], ids, n, temp, cfg.top_p, seed)
+        return {"tokens": toks, "seconds": time.perf_counter() - t0}
 
 
 def _llama_cpp_python(gguf: Path, cfg: LlamaCppBenchConfig) -> dict:
@@ -357,6 +366,9 @@ def summarize_cell(cell: dict, methods: Sequence[str]) -> dict:
                                          else None)
         if m == "hedgespec":
             v["non_target_share"] = float(np.mean([r["non_target_share"] for r in rs]))
+        if all("prompt_reused" in r for r in rs):  # our loops: what the prompt cache held
+            v["prompt_reused_share"] = (sum(r["prompt_reused"] for r in rs)
+                                        / sum(r["prompt_tokens"] for r in rows))
         if all("prompt_tokens" in r for r in rs):  # llama-lookup tokenizes the prompt itself
             v["same_prompt_tokens"] = sum(r[m]["prompt_tokens"] == r["prompt_tokens"]
                                           for r in rows)
@@ -446,6 +458,11 @@ def tables_llamacpp(summary: dict) -> str:
         if "hedgespec" in cell["methods"]:
             lines.append(f"\nHedgeSpec's time outside llama_decode: "
                          f"{cell['methods']['hedgespec']['non_target_share']:.1%}")
+        reused = {m: v["prompt_reused_share"] for m, v in cell["methods"].items()
+                  if "prompt_reused_share" in v}
+        if reused:
+            lines.append("Prompt tokens the prompt cache held (the stream's previous request): "
+                         + ", ".join(f"{m} {x:.0%}" for m, x in reused.items()))
         if cell.get("row_seconds"):
             lines.append("A decode of 1 .. K + 1 rows (measured at load): " + " / ".join(
                 f"{1e3 * s:.1f}" for s in cell["row_seconds"]) + " ms")

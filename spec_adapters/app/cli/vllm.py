@@ -173,7 +173,8 @@ def serve_llamacpp(args: argparse.Namespace) -> int:
     del model
     try:
         target = GGUFTarget(gguf, n_ctx=2048, round_rows=(args.k or DEFAULT_K) + 1,
-                            n_threads=args.threads or min(2, os.cpu_count() or 1))
+                            n_threads=args.threads or min(2, os.cpu_count() or 1),
+                            prompt_cache=True)  # requests share a chat template's prefix
         decoder = LlamaCppDecoder(target, point_pool(folder, target.vocab_size),
                                   draft_length=args.k or DEFAULT_K,
                                   policy=args.policy or "normalhedge")

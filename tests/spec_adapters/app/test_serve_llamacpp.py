@@ -28,7 +28,7 @@ def served(tmp_path_factory):
     path = tmp_path_factory.mktemp("gguf") / "tiny-q4_1.gguf"
     write_tiny_gguf(path, hidden=64, heads=1, kv_heads=1, ff=128, seed=3,
                     qtype=gguf.GGMLQuantizationType.Q4_1)
-    target = GGUFTarget(path, n_ctx=128, n_threads=1)
+    target = GGUFTarget(path, n_ctx=128, n_threads=1, prompt_cache=True)  # as served
     decoder = LlamaCppDecoder(target, [PromptLookup(1), PromptLookup(2), SuffixDraft()],
                               draft_length=3)
     stats = tmp_path_factory.mktemp("stats") / "stats.json"
@@ -68,6 +68,8 @@ def test_a_greedy_completion_is_llama_cpps_greedy_text_streamed_or_not(served):
     body = json.loads(raw)
     assert body["choices"][0]["text"] == target.detokenize(truth)
     assert body["usage"]["completion_tokens"] == len(truth)
+    # the prompt was cached by plain_generate's prefill: all of it but its last token reused
+    assert body["usage"]["prompt_tokens_details"] == {"cached_tokens": len(PROMPT) - 1}
     assert body["choices"][0]["finish_reason"] == (
         "stop" if target.is_eog(truth[-1]) else "length")
     status, raw = _call(server, "/v1/completions", {"prompt": PROMPT, "max_tokens": 40,
@@ -78,7 +80,7 @@ def test_a_greedy_completion_is_llama_cpps_greedy_text_streamed_or_not(served):
     assert [c["choices"][0]["finish_reason"] for c in chunks][-1] == body["choices"][0][
         "finish_reason"] and all(c["choices"][0]["finish_reason"] is None for c in chunks[:-1])
     tele = json.loads(_call(server, "/stats")[1])
-    assert tele["requests"] >= 2
+    assert tele["requests"] >= 2 and tele["prompt_tokens_cached"] >= 2 * (len(PROMPT) - 1)
     assert set(tele["drafters"]) == {"prompt-lookup-1", "prompt-lookup-2", "suffix"}
     assert json.loads(stats_file.read_text())["requests"] == tele["requests"]
     assert all(0 <= d["acceptance"] <= 3 for d in tele["drafters"].values())

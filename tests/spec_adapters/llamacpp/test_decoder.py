@@ -134,6 +134,35 @@ def test_a_rounds_rows_are_bit_for_bit_one_token_decodes_after_rollbacks(q41_tar
         pos += n_ok + 1
 
 
+def test_the_prompt_cache_keeps_the_shared_prefix_and_changes_no_logit(q41_path):
+    """A prompt that shares a prefix with what the cache holds decodes only the rest, and its
+    logits are the bits a fresh prefill gives (Q4_1: a row does not depend on its batch); the
+    last token is decoded even when the whole prompt is cached; off: nothing is reused."""
+    fresh = GGUFTarget(q41_path, n_ctx=96, n_threads=1)
+    cached = GGUFTarget(q41_path, n_ctx=96, n_threads=1, prompt_cache=True)
+    a = list(range(40, 60))
+    b = [*a[:12], 7, 8, 9]
+    plain_generate(cached, a, 10, stop_at_eog=False)  # the cache: a and its answer
+    for prompt, reused in ((b, 12), (b, 14), ([3, *b], 0), (b[:5], 0), (b[:5], 4)):
+        got = cached.prefill(prompt)
+        assert cached.prompt_reused == reused and cached.n_cached == len(prompt)
+        assert np.array_equal(got, fresh.prefill(prompt)) and fresh.prompt_reused == 0
+        assert np.array_equal(cached.step([5]), fresh.step([5]))  # the cache's rows agree
+        cached.keep(len(prompt))
+    # one history, one output: HedgeSpec on a prompt-cached target = plain on another
+    dec = LlamaCppDecoder(cached, [PromptLookup(1), SuffixDraft()], draft_length=3)
+    fresh.prompt_cache = True
+    for t in (cached, fresh):
+        plain_generate(t, a, 10, stop_at_eog=False)
+    assert dec.generate(b, 20, stop_at_eog=False).tokens == \
+        plain_generate(fresh, b, 20, stop_at_eog=False)
+    assert dec.generate(b, 5).stats["prompt_reused"] == len(b) - 1
+    with pytest.raises(ValueError, match="at least one token"):
+        cached.prefill([])
+    fresh.close()
+    cached.close()
+
+
 @pytest.mark.parametrize("cached", [200, 300, 600, 1000])
 def test_a_rows_logits_do_not_depend_on_its_batch_at_any_cache_length(q41_path, cached):
     """Two threads, past 256 and 512 cache cells: five tokens decoded one llama_decode each

@@ -159,7 +159,7 @@ class _Scheme:
 class _GGUF:
     """The stream as a GGUF target: each row's logits are one-hot at TRUTH's next token."""
 
-    vocab_size, n_ctx, rows_invariant, round_rows = V, 4096, True, K + 1
+    vocab_size, n_ctx, rows_invariant, round_rows, prompt_reused = V, 4096, True, K + 1, 0
 
     def __init__(self) -> None:
         self.cached = 0
@@ -265,9 +265,10 @@ def test_every_engine_feeds_the_same_cost_aware_losses(monkeypatch, engine):
     assert by_drafter[0] > by_drafter[2]
 
 
-def test_the_selection_core_and_the_vllm_proposer_import_no_torch():
+def test_the_selection_core_the_vllm_proposer_and_the_llama_cpp_engine_import_no_torch():
     code = ("import sys, spec_adapters.selection, spec_adapters.drafters.point, "
-            "spec_adapters.vllm.proposer; "
+            "spec_adapters.vllm.proposer, spec_adapters.llamacpp.decoder, "
+            "spec_adapters.app.serve_llamacpp; "
             "bad = [m for m in ('torch', 'transformers', 'vllm') if m in sys.modules]; "
             "assert not bad, bad")
     subprocess.run([sys.executable, "-c", code], check=True)
