@@ -212,7 +212,7 @@ class GGUFTarget:
         if not tokens:
             raise ValueError("prefill needs at least one token")
         reused = 0
-        if self.prompt_cache:
+        if self.prompt_cache and self._holds_from_start():
             limit = min(len(tokens) - 1, len(self._tokens))
             reused = next((j for j in range(limit) if tokens[j] != self._tokens[j]), limit)
         if reused:
@@ -224,6 +224,13 @@ class GGUFTarget:
             chunk = tokens[lo:lo + self.n_batch]
             last = self._decode(chunk, 1 if lo + len(chunk) == len(tokens) else 0)
         return last[0]
+
+    def _holds_from_start(self) -> bool:
+        """Whether the cache still holds its first position: a sliding-window cache
+        (Gemma-3's local layers, llama.cpp's default ``swa_full`` off) drops its oldest cells
+        once a sequence outgrows the window, and a prefix whose cells are gone cannot be
+        reused (llama-server resets then too)."""
+        return self._lc.llama_memory_seq_pos_min(self._lc.llama_get_memory(self._ctx), 0) <= 0
 
     def step(self, tokens) -> np.ndarray:
         """Decode ``tokens`` at the next positions (a round's: the last verified token when it

@@ -163,6 +163,18 @@ def test_the_prompt_cache_keeps_the_shared_prefix_and_changes_no_logit(q41_path)
     cached.close()
 
 
+def test_a_cache_that_lost_its_first_cells_is_not_reused(q41_path, monkeypatch):
+    """A sliding-window cache drops its oldest cells past the window (llama.cpp reports the
+    first position it still holds): the prompt cache then prefills from empty."""
+    t = GGUFTarget(q41_path, n_ctx=96, n_threads=1, prompt_cache=True)
+    t.prefill(list(range(40, 60)))
+    want = t.prefill(list(range(40, 60)))
+    assert t.prompt_reused == 19
+    monkeypatch.setattr(t._lc, "llama_memory_seq_pos_min", lambda _mem, _seq: 7)
+    assert np.array_equal(t.prefill(list(range(40, 60))), want) and t.prompt_reused == 0
+    t.close()
+
+
 @pytest.mark.parametrize("cached", [200, 300, 600, 1000])
 def test_a_rows_logits_do_not_depend_on_its_batch_at_any_cache_length(q41_path, cached):
     """Two threads, past 256 and 512 cache cells: five tokens decoded one llama_decode each
