@@ -8,6 +8,8 @@ is a labelled stress setting: past its answer the 135M target mostly repeats its
 flatters every drafter exactly where speculation is weakest. Methods (:func:`method_specs`):
 
 ``plain``        vLLM without speculation (the reference: outputs and speed);
+``plain-sync``   the same with vLLM's asynchronous scheduling off, as vLLM runs every
+                 speculative method but EAGLE's (a diagnostic: :data:`ENGINE_VARIANTS`);
 ``ngram``        vLLM's ``{"method": "ngram", "num_speculative_tokens": K}``;
 ``suffix``       vLLM's ``{"method": "suffix"}`` with its defaults (SuffixDecoding, up to 24
                  tokens a step, sized by its own scores; needs Arctic Inference in the vLLM
@@ -75,6 +77,7 @@ from spec_adapters.app.bench.repetition import REPEAT_THRESHOLD
 from spec_adapters.app.bench.run import mixed_stream
 from spec_adapters.app.bench.vllm_summary import (
     ABLATIONS,
+    ENGINE_VARIANTS,
     LEARNERS,
     VllmRecords,
     markdown,
@@ -108,8 +111,8 @@ class VllmBenchConfig:
     concurrencies : tuple of int
         Requests in flight, one phase each (ascending).
     methods : tuple of str or None
-        Subset of :data:`LEARNERS`, :data:`ABLATIONS` and ``fixed:<drafter>``; ``None``:
-        :data:`LEARNERS` and every drafter fixed.
+        Subset of :data:`LEARNERS`, :data:`ABLATIONS`, :data:`ENGINE_VARIANTS` and
+        ``fixed:<drafter>``; ``None``: :data:`LEARNERS` and every drafter fixed.
     k : int
         ``num_speculative_tokens`` of every speculating method (K).
     seed : int
@@ -148,10 +151,10 @@ class VllmBenchConfig:
         if not cs or any(c < 1 for c in cs) or list(cs) != sorted(set(cs)):
             raise ValueError(f"concurrencies must be ascending integers >= 1, got {cs}")
         bad = [m for m in self.methods or () if m not in LEARNERS and m not in ABLATIONS
-               and not m.startswith("fixed:")]
+               and m not in ENGINE_VARIANTS and not m.startswith("fixed:")]
         if bad:
-            raise ValueError(f"unknown methods {bad}; expected {LEARNERS}, {tuple(ABLATIONS)} "
-                             "or fixed:<drafter>")
+            raise ValueError(f"unknown methods {bad}; expected {LEARNERS}, {tuple(ABLATIONS)}, "
+                             f"{tuple(ENGINE_VARIANTS)} or fixed:<drafter>")
         object.__setattr__(self, "concurrencies", cs)
         rates = tuple(self.arrival_rates)
         if any(not r > 0 for r in rates) or list(rates) != sorted(set(rates)):
@@ -214,7 +217,7 @@ def method_specs(method: str, names: list[str], pool: Path, cache_dir: Path, k: 
     ValueError
         An unknown method or a fixed drafter not in ``names``.
     """
-    if method == "plain":
+    if method == "plain" or method in ENGINE_VARIANTS:
         return None, None
     if method == "ngram":
         return {"method": "ngram", "num_speculative_tokens": k}, None
@@ -322,6 +325,7 @@ def run_bench_vllm(target: Path, tokenizer, domains: dict, pool: Path, cfg: Vllm
             settings_m |= dict(cfg.proposer)
         for c, r in todo:  # a fresh engine per phase: no memory of another phase's answers
             for rec in _run_engine(python, {**job, "method": m, "speculative_config": spec,
+                                            "engine_args": ENGINE_VARIANTS.get(m, {}),
                                             "phases": [{"concurrency": c, "rate": r}]},
                                    settings_m, out, threads):
                 records.add(rec)

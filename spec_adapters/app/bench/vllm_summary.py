@@ -20,15 +20,22 @@ from spec_adapters.app.bench.repetition import (
     repeated_share,
 )
 
-__all__ = ["ABLATIONS", "LEARNERS", "LOAD_TARGETS", "TARGETS", "VLLM_LABELS", "VllmRecords",
-           "label", "markdown", "phase_key", "plot_vllm", "repetition_panel", "summarize_vllm"]
+__all__ = ["ABLATIONS", "ENGINE_VARIANTS", "LEARNERS", "LOAD_TARGETS", "TARGETS", "VLLM_LABELS",
+           "VllmRecords", "label", "markdown", "phase_key", "plot_vllm", "repetition_panel",
+           "summarize_vllm"]
 
 LEARNERS = ("plain", "ngram", "suffix", "suffix-k", "hedgespec", "exp3spec", "ucbspec")
 # HedgeSpec with one of its parts off (the ablation rows): method -> its proposer settings
 ABLATIONS = {"hedgespec-lengths": {"stop_rules": [0.0]},
              "hedgespec-unpriced": {"drafting_price": False},
              "hedgespec-allscored": {"feedback_budget": 1.0}}
-VLLM_LABELS = {"plain": "vLLM plain", "ngram": "vLLM ngram",
+# vLLM plain with other engine arguments (a diagnostic row): method -> its LLM(...) arguments;
+# "plain-sync": the scheduling every speculative method but EAGLE's runs under (vLLM turns its
+# asynchronous scheduling off for them)
+ENGINE_VARIANTS = {"plain-sync": {"async_scheduling": False}}
+VLLM_LABELS = {"plain": "vLLM plain",
+               "plain-sync": "vLLM plain, asynchronous scheduling off (as under speculation)",
+               "ngram": "vLLM ngram",
                "suffix": "vLLM suffix (Arctic Inference, its depth 24)",
                "suffix-k": "vLLM suffix", "exp3spec": "EXP3Spec proposer",
                "hedgespec": "HedgeSpec proposer (NormalHedge, cost-aware)",

@@ -5,9 +5,9 @@
 (a folder), ``method``, ``prompts`` (``{"qid", "domain", "ids"}``, chat template applied),
 ``max_tokens``, ``stop_at_eos``, ``temperature`` (with ``top_p`` when > 0), ``phases``
 (``{"concurrency", "rate"}``), ``max_model_len``, ``max_num_seqs``, ``warmup_tokens``,
-``seed``, ``stats`` (the proposer's stats file, or ``null``) and ``speculative_config``
-(``null``: no speculation). The proposer's settings come, as when serving, from
-``$HEDGESPEC_VLLM_CONFIG``.
+``seed``, ``stats`` (the proposer's stats file, or ``null``), ``speculative_config``
+(``null``: no speculation) and ``engine_args`` (more ``LLM`` arguments, optional). The
+proposer's settings come, as when serving, from ``$HEDGESPEC_VLLM_CONFIG``.
 
 One engine (float32, eager, no prefix caching, so that every phase prefills the same prompts)
 runs an untimed warm-up request, then its phases: :func:`run_requests` keeps at most
@@ -163,7 +163,8 @@ def _main(job_path: str, out_path: str) -> None:
               dtype="float32", max_model_len=job["max_model_len"],
               max_num_seqs=job["max_num_seqs"], seed=0, speculative_config=spec,
               enable_prefix_caching=False, disable_log_stats=False,
-              **({"per_request_spec_decode_metrics": "summary"} if spec else {}))
+              **({"per_request_spec_decode_metrics": "summary"} if spec else {}),
+              **job.get("engine_args", {}))
     start_s = time.perf_counter() - t
     engine = llm.llm_engine
     sampled = {"temperature": job["temperature"]} | (

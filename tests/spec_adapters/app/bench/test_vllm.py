@@ -22,6 +22,7 @@ from spec_adapters.app.bench.vllm import (
     shared_settings,
 )
 from spec_adapters.app.bench.vllm_summary import (
+    ENGINE_VARIANTS,
     VllmRecords,
     markdown,
     plot_vllm,
@@ -345,6 +346,10 @@ def test_method_specs_of_vllms_methods_and_the_learners(tmp_path):
     assert method_specs("suffix", names, tmp_path, tmp_path, 4, 0) == ({"method": "suffix"}, None)
     assert method_specs("suffix-k", names, tmp_path, tmp_path, 3, 0) == (
         {"method": "suffix", "num_speculative_tokens": 3}, None)
+    # the diagnostic: vLLM plain, only its engine arguments differ (no speculation)
+    assert method_specs("plain-sync", names, tmp_path, tmp_path, 4, 0) == (None, None)
+    assert ENGINE_VARIANTS["plain-sync"] == {"async_scheduling": False}
+    assert VllmBenchConfig(methods=("plain", "plain-sync")).methods == ("plain", "plain-sync")
 
 
 def test_the_repetition_panel_pairs_each_prompts_speed_up_with_its_plain_repetition(tmp_path):
