@@ -299,8 +299,12 @@ class Learner(ABC):
         """Observe feedback for one round and return ``self``."""
 
     def sample(self, rng: np.random.Generator) -> int:
-        """Draw an index from :attr:`weights` using the caller's generator."""
-        return int(check_rng(rng).choice(self.n, p=self.weights))
+        """Draw an index from :attr:`weights` using the caller's generator: the inverse CDF of
+        one uniform, as ``rng.choice(n, p=weights)`` draws (the same index for the same
+        generator state) without its checks of ``p``, which the learner's own weights pass."""
+        cdf = np.cumsum(self.weights)
+        u = check_rng(rng).random() * cdf[-1]
+        return min(int(np.searchsorted(cdf, u, side="right")), self.n - 1)
 
     def reset(self) -> Self:
         """Return to the freshly-constructed state (hyper-parameters kept) and return ``self``."""

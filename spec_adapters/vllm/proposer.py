@@ -336,7 +336,13 @@ class HedgeSpecProposer:
         fit each other's states, so the rows are matched as an assignment: an exact fit
         (:meth:`RequestState.fit`) before a plain one, the rows with fewest exact fits first."""
         live = [r for r, b in enumerate(bufs) if b is not None]
-        fits = {r: {uid: st.fit(bufs[r], sampled[r]) for uid, st in self.states.items()}
+        # a row holding n tokens after sampling m can only continue a state that had n - m
+        # (RequestState.fit's first test): only those are fitted, not every state per row
+        ending: dict[int, list[int]] = {}
+        for uid, st in self.states.items():
+            ending.setdefault(st.n_tokens, []).append(uid)
+        fits = {r: {uid: self.states[uid].fit(bufs[r], sampled[r])
+                    for uid in ending.get(len(bufs[r]) - len(sampled[r]), ())}
                 for r in live}
         live.sort(key=lambda r: (sum(f == 2 for f in fits[r].values()),
                                  sum(f > 0 for f in fits[r].values())))
@@ -456,8 +462,10 @@ class HedgeSpecProposer:
             old = self.propose_s[ran]
             self.propose_s[ran] = np.where(np.isnan(old), seconds[ran],
                                            _ema(old, seconds[ran]))
-            lengths = self.rules.lengths(confidence) if self.rules else None
-            k = K if lengths is None else int(lengths[i, r])
+            # every drafter's rule lengths where the round is scored, else the played one's
+            lengths = None if not self.rules else \
+                self.rules.lengths(confidence if full else confidence[i:i + 1])
+            k = K if lengths is None else int(lengths[i if full else 0, r])
             if gain is not None:
                 k = paying_k(gain[i], k)
             k = max(0, min(k, self.max_model_len - n - 1))

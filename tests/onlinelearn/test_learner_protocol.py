@@ -158,6 +158,17 @@ def test_sample_draws_arms_with_the_law_of_the_weights(name):
 
 
 @pytest.mark.parametrize("name", sorted(ALL))
+def test_sample_is_the_draw_of_rng_choice_for_the_same_generator_state(name):
+    """sample reads the inverse CDF of one uniform: the index ``rng.choice(n, p=weights)``
+    draws from the same generator state (numpy's own rule), 2,000 times."""
+    learner = ALL[name](6)
+    feed(learner, np.random.default_rng(4), 15)
+    ours, numpys = np.random.default_rng(9), np.random.default_rng(9)
+    got = [learner.sample(ours) for _ in range(2000)]
+    assert got == [int(numpys.choice(6, p=learner.weights)) for _ in range(2000)]
+
+
+@pytest.mark.parametrize("name", sorted(ALL))
 def test_single_expert_always_gets_weight_one(name):
     learner = ALL[name](1)
     feed(learner, np.random.default_rng(0), 20)
