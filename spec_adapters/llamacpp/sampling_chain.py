@@ -36,12 +36,14 @@ def warp_row(logits: np.ndarray, temperature: float, top_k: int | None, top_p: f
     """The chain on one row ``(V,)``: the kept token ids, ascending, and their probabilities
     (float64, summing to 1)."""
     x = np.asarray(logits, np.float32)
-    ids = np.arange(x.size)
+    ids = None  # the whole row, not gathered until it must be
     if top_k is not None and top_k < x.size:
         kth = np.partition(x, x.size - top_k)[x.size - top_k]
         ids = np.flatnonzero(x >= kth)
     if top_p < 1.0:
-        ids = ids[_top_p(x[ids], top_p)]
+        ids = _top_p(x, top_p) if ids is None else ids[_top_p(x[ids], top_p)]
+    if ids is None:
+        ids = np.arange(x.size)
     z = x[ids].astype(np.float64) / temperature
     p = np.exp(z - z.max())
     return ids, p / p.sum()
@@ -66,9 +68,11 @@ def _top_p(x: np.ndarray, top_p: float) -> np.ndarray:
         total = e.sum() + max(total32 - mass32, 0.0)
         p = e / total
         order = np.lexsort((cand, -p))
-        before = np.cumsum(p[order]) - p[order]
-        n = max(1, int(np.count_nonzero(before < top_p)))  # llama.cpp keeps one at least
-        if n < len(cand) or len(cand) == x.size:
+        cum = np.cumsum(p[order])
+        n = max(1, int(np.count_nonzero(cum - p[order] < top_p)))  # llama.cpp keeps one
+        # every token left out is less probable than every candidate, so the first of them
+        # has the candidates' whole mass before it: kept only if that is below top_p
+        if n < len(cand) or cum[-1] >= top_p or len(cand) == x.size:
             return np.sort(cand[order[:n]])
         cand, mass32 = np.arange(x.size), total32  # the cut may lie beyond: the whole row
 
