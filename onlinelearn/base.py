@@ -147,6 +147,16 @@ def softmin_weights(losses: np.ndarray, eta: float = 1.0) -> np.ndarray:
     return w / w.sum()
 
 
+def inverse_cdf(weights: np.ndarray, u: float) -> int:
+    """The index whose interval of the cumulative ``weights`` (not necessarily normalised)
+    holds ``u`` times their total, ``u`` uniform in [0, 1): a draw with probability
+    proportional to ``weights``, the index ``rng.choice(n, p=weights)`` picks for the same
+    uniform. Where ``u`` times the total rounds up to the total, the last index with weight."""
+    cdf = np.cumsum(weights)
+    j = int(np.searchsorted(cdf, u * cdf[-1], side="right"))
+    return j if j < len(cdf) else int(np.flatnonzero(np.asarray(weights) > 0)[-1])
+
+
 def check_snapshot(state: Any, owner: Any, keys: Iterable[str]) -> None:
     """Check the frame of a ``state_dict()`` snapshot before anything is restored from it.
 
@@ -302,9 +312,7 @@ class Learner(ABC):
         """Draw an index from :attr:`weights` using the caller's generator: the inverse CDF of
         one uniform, as ``rng.choice(n, p=weights)`` draws (the same index for the same
         generator state) without its checks of ``p``, which the learner's own weights pass."""
-        cdf = np.cumsum(self.weights)
-        u = check_rng(rng).random() * cdf[-1]
-        return min(int(np.searchsorted(cdf, u, side="right")), self.n - 1)
+        return inverse_cdf(self.weights, check_rng(rng).random())
 
     def reset(self) -> Self:
         """Return to the freshly-constructed state (hyper-parameters kept) and return ``self``."""

@@ -24,6 +24,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from onlinelearn.base import inverse_cdf
+
 __all__ = ["draw_token", "warp_llama", "warp_row"]
 
 _START = 1e-4  # first candidate threshold, relative to the most probable token
@@ -96,8 +98,4 @@ def draw_token(logits: np.ndarray, temperature: float, top_k: int | None, top_p:
     the full warped row's draw); the draw plain decoding makes per token and HedgeSpec's
     coupled rule makes per position."""
     ids, p = warp_row(logits, temperature, top_k, top_p)
-    cdf = np.cumsum(p)
-    j = int(np.searchsorted(cdf, rng.random() * cdf[-1], side="right"))
-    if j >= len(ids):  # u * total rounded up to the total: the last token kept with mass
-        j = int(np.flatnonzero(p > 0)[-1])
-    return int(ids[j])
+    return int(ids[inverse_cdf(p, rng.random())])
