@@ -67,3 +67,63 @@ def test_installed_vllm_spreads_mixed_temperatures_right():
     assert got["installed"]
     assert got["temps"] == torch.tensor([1.0] * 4 + [0.7] * 4 + [1.0] * 4).tolist()
     assert got["top_k"] == [5] * 4 + [0] * 4 + [9] * 4
+
+
+RECOVERED_CHECK = """
+import json
+from types import SimpleNamespace
+import torch
+import vllm._custom_ops  # the CPU ops
+import vllm.v1.sample.rejection_sampler as rs
+from vllm.platforms import current_platform
+from spec_adapters.vllm import sampling_fix
+
+current_platform.register_triton_kernel_overrides()
+vllms = rs.sample_recovered_tokens  # vLLM's own, before the plugin replaces it
+sampling_fix.install()
+assert rs.sample_recovered_tokens is sampling_fix.sample_recovered_tokens
+V = 50
+target = torch.softmax(torch.randn(7, V, generator=torch.Generator().manual_seed(1)), -1)
+drafts = torch.randint(0, V, (7,), generator=torch.Generator().manual_seed(2))
+
+def run(fn, counts, seeded, global_seed=5):
+    torch.manual_seed(global_seed)
+    gens = {i: torch.Generator().manual_seed(100 + i) for i in seeded}
+    n = sum(counts)
+    cu = torch.tensor(counts).cumsum(0).to(torch.int32)
+    out = fn(max(counts), counts, cu, drafts[:n].contiguous(), None,
+             target[:n].contiguous(), SimpleNamespace(generators=gens), "cpu")
+    return out.tolist(), [g.get_state().sum().item() for g in gens.values()]
+
+res = {}
+# every row drafts, the unseeded ones first: the same noise as vLLM's (the global draws in
+# row order, then the seeded rows' own)
+res["all"] = [run(f, [3, 2, 2], [2]) for f in (vllms, sampling_fix.sample_recovered_tokens)]
+# a row without drafts in the middle: the seeded drafting rows get vLLM's tokens
+res["seeded"] = [run(f, [3, 0, 4], [0, 2]) for f in (vllms, sampling_fix.sample_recovered_tokens)]
+# no drafts at all: nothing drawn from the global generator
+torch.manual_seed(9)
+before = torch.get_rng_state()
+out = sampling_fix.sample_recovered_tokens(0, [0, 0], torch.zeros(2, dtype=torch.int32),
+                                           drafts[:0], None, target[:0],
+                                           SimpleNamespace(generators={}), "cpu")
+res["none"] = [out.tolist(), bool(torch.equal(before, torch.get_rng_state()))]
+print(json.dumps(res))
+"""
+
+
+def test_recovered_tokens_draw_noise_for_the_rows_with_drafts_only():
+    """Fix 3 against vLLM's own sample_recovered_tokens, in a fresh interpreter with the CPU
+    kernels registered: the same recovered tokens where every row drafts (the same draws, the
+    global generator's in row order while the unseeded rows come first), the
+    same for the seeded rows where another row has no drafts (each draws from its own
+    generator, as much as vLLM's), and no draw at all for a step without drafts."""
+    proc = subprocess.run([sys.executable, "-c", RECOVERED_CHECK], cwd=ROOT, env=vllm_env(),
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    got = json.loads(proc.stdout.strip().splitlines()[-1])
+    theirs, ours = got["all"]
+    assert ours == theirs and len(ours[0]) == 7
+    theirs, ours = got["seeded"]
+    assert ours == theirs and len(ours[0]) == 7
+    assert got["none"] == [[], True]
