@@ -100,8 +100,7 @@ def _stats(reqs: list[dict], seconds: float) -> dict:
             "mat": tok / steps if steps > 0 else None,
             "s_per_request": sum(q["seconds"] for q in reqs) / len(reqs) if reqs else None,
             "requests": len(reqs), "new_tokens": tok, "steps": steps,
-            "accepted": sum(q["accepted"] for q in reqs),
-            "drafted": sum(q["drafted"] for q in reqs)}
+            "accepted": sum(q["accepted"] for q in reqs)}
 
 
 def _ratio(a, b):

@@ -32,9 +32,9 @@ from spec_adapters.app.bench.vllm_summary import (
 from spec_adapters.app.bench.vllm_worker import counter_totals, run_requests
 
 
-def _req(qid, domain, tokens, seconds, accepted=0, drafted=0):
+def _req(qid, domain, tokens, seconds, accepted=0):
     return {"qid": qid, "domain": domain, "tokens": tokens, "new_tokens": len(tokens),
-            "seconds": seconds, "accepted": accepted, "drafted": drafted}
+            "seconds": seconds, "accepted": accepted}
 
 
 def _records():
@@ -47,12 +47,12 @@ def _records():
              "requests": [_req("code/0", "code", a, wall / 2),
                           _req("math/0", "math", b, wall / 2)]},
             {"method": "ngram", "concurrency": c, "seconds": wall / 2,
-             "requests": [_req("code/0", "code", a, wall / 4, 4, 8),
-                          _req("math/0", "math", b, wall / 4, 0, 4)]},
+             "requests": [_req("code/0", "code", a, wall / 4, 4),
+                          _req("math/0", "math", b, wall / 4, 0)]},
             # hedgespec: 6 of math's 8 tokens accepted; code's output differs from plain at c=4
             {"method": "hedgespec", "concurrency": c, "seconds": wall / 4,
-             "requests": [_req("code/0", "code", a if c == 1 else [*a[:7], 99], wall / 5, 2, 4),
-                          _req("math/0", "math", b, wall / 20, 6, 8)]},
+             "requests": [_req("code/0", "code", a if c == 1 else [*a[:7], 99], wall / 5, 2),
+                          _req("math/0", "math", b, wall / 20, 6)]},
         ]
     return recs
 
@@ -83,7 +83,7 @@ def test_aggregate_pools_tokens_steps_and_time_as_written_out_by_hand():
     assert h["tok_s"] == pytest.approx(16 / 1.0)
     assert h["mat"] == pytest.approx(16 / 8)
     assert h["s_per_request"] == pytest.approx((0.8 + 0.2) / 2)
-    assert (h["accepted"], h["drafted"], h["steps"]) == (8, 12, 8)
+    assert (h["accepted"], h["steps"]) == (8, 8)
     # against plain (16 tokens / 4 s) and ngram (16 / 2 s) at the same concurrency
     assert h["x_plain"] == pytest.approx(4.0)
     assert h["x_ngram"] == pytest.approx(2.0)
@@ -261,8 +261,7 @@ class FakeEngine:
             else:
                 ids = self.live.pop(rid)[1]
                 self.finished += 1
-                seq = SimpleNamespace(token_ids=ids[::-1], spec_decode_metrics=SimpleNamespace(
-                    histogram=[1, 2, 0, 1], num_draft_tokens=9))
+                seq = SimpleNamespace(token_ids=ids[::-1])
                 out.append(SimpleNamespace(request_id=rid, finished=True, outputs=[seq]))
         return out
 
@@ -280,7 +279,10 @@ def test_run_requests_keeps_c_requests_in_flight_and_returns_them_in_prompt_orde
         times = r["token_seconds"]
         assert len(times) == len(r["tokens"]) and times == sorted(times) and times[0] > 0
         assert len(set(times)) == min(steps, len(r["tokens"]))
-    assert all(r["accepted"] == 2 * 1 + 3 * 1 and r["drafted"] == 9 for r in reqs)
+    # a step that returns n tokens accepted n - 1 drafts
+    assert all(r["steps"] == min(len(p["ids"]) % 3 + 1, len(p["ids"]))
+               and r["accepted"] == len(p["ids"]) - r["steps"] for r, p in zip(reqs, prompts,
+                                                                              strict=True))
     # a slot is refilled as soon as it frees: min(c, requests not yet finished) in flight
     assert engine.in_flight == [min(3, 7 - f) for f in engine.finished_before]
     assert not engine.live and len(engine.in_flight) > 7 / 3
