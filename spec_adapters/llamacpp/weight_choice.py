@@ -18,8 +18,11 @@ held-out text is within ``budget`` of the source file's, and if a row's logits d
 on the rows decoded beside it (:attr:`~spec_adapters.llamacpp.GGUFTarget.rows_invariant`:
 else HedgeSpec's greedy text could differ from llama.cpp's one-token decoding; F16 and BF16
 fail it, llamafile's tiled matmul summing a batch in another order). Chosen: the candidate
-with the least ``s_t``, if it beats the source file's by ``margin`` (5%: one timing of a few
-decodes per type is noisy by about that much; the source's own type is not re-written). The
+with the least ``s_t``, if it beats the source file's by ``margin`` (5%; the source's own type
+is not re-written). The types are timed together (:func:`row_prices_together`): in rounds, each
+type once per round, the median over rounds kept, so a virtual machine whose speed drifts by
+tens of per cent over minutes slows every type alike; timed one type after the other, the
+choice flipped between runs with that drift. The
 prediction prices rows and nothing else (no per-round overhead,
 the learner's choice per round instead of one fixed length); ``hedgespec bench --engine
 llamacpp --target`` measures the chosen file against plain decoding of the same file.
@@ -29,10 +32,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Protocol
 
 import numpy as np
 
-__all__ = ["ALPHA", "BUDGET", "MARGIN", "Candidate", "choose", "seconds_per_token"]
+__all__ = ["ALPHA", "BUDGET", "MARGIN", "Candidate", "RowTimer", "choose", "row_prices_together",
+           "seconds_per_token"]
 
 # per-position acceptance of the model-free pool's drafts on the held-out chat stream: the best
 # fixed drafter's accepted tokens for k = 1..4 measured 0.48 / 0.79 / 1.00 / 1.17 (SmolLM2, 35
@@ -55,6 +60,37 @@ class Candidate:
     seconds_per_token: float = float("nan")
     best_k: int = 0
     within_budget: bool = False
+
+
+class RowTimer(Protocol):
+    """What :func:`row_prices_together` times (:class:`~spec_adapters.llamacpp.GGUFTarget`)."""
+
+    def row_prices(self, rows: int, context: int = ..., repeats: int = ...) -> np.ndarray:
+        """Seconds of a decode of ``1 .. rows`` rows after ``context`` cached tokens."""
+
+
+def row_prices_together(targets: Sequence[RowTimer], rows: int, context: int = 300,
+                        rounds: int = 5, repeats: int = 3) -> np.ndarray:
+    """Every target's seconds for ``1 .. rows`` rows, ``(len(targets), rows)``: ``rounds``
+    rounds, each timing every target once (the median of ``repeats`` decodes per row count),
+    in alternating order (forward, then backward: none always runs first), and each target's
+    median over the rounds. Timings of one round are seconds apart, so a drift of the machine's
+    speed moves them alike, and one disturbed round is outvoted.
+
+    Raises
+    ------
+    ValueError
+        No target, or ``rounds`` / ``repeats`` / ``rows`` below 1.
+    """
+    if not targets or min(rows, rounds, repeats) < 1:
+        raise ValueError(f"need targets and rows, rounds, repeats >= 1, got {len(targets)} "
+                         f"targets, {rows}, {rounds}, {repeats}")
+    out = np.empty((rounds, len(targets), rows))
+    for r in range(rounds):
+        order = range(len(targets)) if r % 2 == 0 else reversed(range(len(targets)))
+        for i in order:
+            out[r, i] = targets[i].row_prices(rows, context=context, repeats=repeats)
+    return np.median(out, axis=0)
 
 
 def seconds_per_token(row_seconds: Sequence[float], alpha: float) -> tuple[float, int]:

@@ -63,7 +63,9 @@ def choose_gguf(source: Path, cache_dir: Path, texts: list[list[int]], types: li
                 draft_length: int, threads: int, alpha: float, budget: float,
                 margin: float) -> tuple:
     """Every type of ``types`` written from ``source`` (once, into ``<cache>/gguf-types``),
-    timed and measured beside ``source`` itself; ``(chosen path, chosen, every candidate)``
+    measured beside ``source`` itself (perplexity, whether its rows depend on their batch),
+    then all timed together (:func:`~spec_adapters.llamacpp.weight_choice.row_prices_together`);
+    ``(chosen path, chosen, every candidate)``
     (:func:`~spec_adapters.llamacpp.weight_choice.choose`). The choice is kept in
     ``<cache>/gguf-types/<source>.choice.json``."""
     from spec_adapters.llamacpp import GGUFTarget
@@ -73,29 +75,34 @@ def choose_gguf(source: Path, cache_dir: Path, texts: list[list[int]], types: li
         source_of,
         weight_type_of,
     )
-    from spec_adapters.llamacpp.weight_choice import Candidate, choose
+    from spec_adapters.llamacpp.weight_choice import Candidate, choose, row_prices_together
 
     folder = Path(cache_dir) / "gguf-types"
     own = weight_type_of(source)
     paths = {"source": source, **{t: folder / f"{source.stem}.{t}.gguf" for t in types
                                   if t != own}}
-    measured = []
-    warm = GGUFTarget(source, n_ctx=512, n_threads=threads)  # the first timing runs warm
-    warm.row_prices(draft_length + 1, context=300)
-    warm.close()
-    for name, path in paths.items():
-        if name != "source" and source_of(path) != source.resolve():  # not written from it
-            _log(f"writing {path.name} ({name})")
-            quantize(source, path, name, threads=threads)
-        target = GGUFTarget(path, n_ctx=512, n_threads=threads, round_rows=draft_length + 1)
-        rows = target.row_prices(draft_length + 1, context=300, repeats=9)
-        measured.append(Candidate(name, tuple(rows), perplexity(target, texts),
-                                  lossless=target.rows_invariant))
-        target.close()
-        _log(f"{name}: {' / '.join(f'{1e3 * s:.1f}' for s in rows)} ms for 1..{len(rows)} "
-             f"rows, perplexity {measured[-1].perplexity:.2f}, rows alone = batched: "
-             f"{measured[-1].lossless}")
+    targets, quality = [], []
+    try:
+        for name, path in paths.items():
+            if name != "source" and source_of(path) != source.resolve():  # not written from it
+                _log(f"writing {path.name} ({name})")
+                quantize(source, path, name, threads=threads)
+            targets.append(GGUFTarget(path, n_ctx=512, n_threads=threads,
+                                      round_rows=draft_length + 1))
+            quality.append((perplexity(targets[-1], texts), targets[-1].rows_invariant))
+        _log(f"timing 1..{draft_length + 1} rows of the {len(targets)} files in turn, 5 rounds")
+        prices = row_prices_together(targets, draft_length + 1)
+    finally:
+        for target in targets:
+            target.close()
+    measured = [Candidate(name, tuple(rows), ppl, lossless=lossless)
+                for name, rows, (ppl, lossless) in zip(paths, prices, quality, strict=True)]
+    for c in measured:
+        _log(f"{c.name}: {' / '.join(f'{1e3 * s:.1f}' for s in c.row_seconds)} ms for "
+             f"1..{len(c.row_seconds)} rows, perplexity {c.perplexity:.2f}, rows alone = "
+             f"batched: {c.lossless}")
     chosen, scored = choose(measured, measured[0].perplexity, alpha, budget, margin)
+    folder.mkdir(parents=True, exist_ok=True)
     (folder / f"{source.stem}.choice.json").write_text(json.dumps(
         {"source": str(source), "chosen": chosen.name, "path": str(paths[chosen.name]),
          "alpha": alpha, "budget": budget, "margin": margin,

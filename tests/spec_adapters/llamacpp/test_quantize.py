@@ -10,7 +10,12 @@ import pytest
 from spec_adapters.llamacpp.quantize import perplexity, quantize, source_of, weight_type_of
 from spec_adapters.llamacpp.target import GGUFTarget
 from spec_adapters.llamacpp.tiny_gguf import write_tiny_gguf
-from spec_adapters.llamacpp.weight_choice import Candidate, choose, seconds_per_token
+from spec_adapters.llamacpp.weight_choice import (
+    Candidate,
+    choose,
+    row_prices_together,
+    seconds_per_token,
+)
 
 pytestmark = pytest.mark.usefixtures("llama_cpp_decodes")
 
@@ -100,6 +105,45 @@ def test_the_choice_is_the_fastest_type_within_the_quality_budget():
     near = Candidate("Q8_0", (0.0098, 0.016, 0.022), 20.0)
     assert choose([source, near], 20.0, alpha=0.5)[0].name == "source"
     assert choose([source, near], 20.0, alpha=0.5, margin=0.0)[0].name == "Q8_0"
+
+
+class _DriftingTimer:
+    """A file whose decodes take ``base`` seconds times the machine's slowdown, which grows by
+    ``drift`` with every timing of any file (a shared ``clock``), and by ``spike`` in the
+    timings listed in ``disturbed``."""
+
+    def __init__(self, base: float, clock: list, drift: float, disturbed=(), spike=3.0):
+        self.base, self.clock, self.drift = base, clock, drift
+        self.disturbed, self.spike = set(disturbed), spike
+
+    def row_prices(self, rows, context=300, repeats=3):
+        call = len(self.clock)
+        self.clock.append(self)
+        slow = (1 + self.drift * call) * (self.spike if call in self.disturbed else 1.0)
+        return self.base * slow * np.arange(1, rows + 1)
+
+
+def test_types_timed_together_keep_their_order_while_the_machine_drifts():
+    """Timed in turn, round after round, a type 5% faster stays faster under a drift of 2% a
+    timing; timed one type after the other (five timings each) it would come out slower. One
+    disturbed timing is outvoted by the median."""
+    clock = []
+    slow, fast = _DriftingTimer(0.010, clock, 0.02), _DriftingTimer(0.0095, clock, 0.02)
+    prices = row_prices_together([slow, fast], rows=3, rounds=5)
+    assert prices.shape == (2, 3) and prices[1, 0] < prices[0, 0]
+    # forward, backward, forward ...: neither always first
+    assert clock == [slow, fast, fast, slow, slow, fast, fast, slow, slow, fast]
+    in_series = [np.median([t.base * (1 + 0.02 * (5 * j + c)) for c in range(5)])
+                 for j, t in enumerate((slow, fast))]
+    assert in_series[1] > in_series[0]  # what the earlier timing would have chosen
+    clock = []
+    steady = [_DriftingTimer(0.010, clock, 0.0, disturbed={3}), _DriftingTimer(0.012, clock, 0.0)]
+    np.testing.assert_allclose(row_prices_together(steady, rows=2, rounds=5),
+                               [[0.010, 0.020], [0.012, 0.024]])
+    with pytest.raises(ValueError, match="rounds"):
+        row_prices_together(steady, rows=2, rounds=0)
+    with pytest.raises(ValueError, match="targets"):
+        row_prices_together([], rows=2)
 
 
 def test_a_type_whose_rows_depend_on_their_batch_is_not_a_candidate():
