@@ -18,11 +18,13 @@ held-out text is within ``budget`` of the source file's, and if a row's logits d
 on the rows decoded beside it (:attr:`~spec_adapters.llamacpp.GGUFTarget.rows_invariant`:
 else HedgeSpec's greedy text could differ from llama.cpp's one-token decoding; F16 and BF16
 fail it, llamafile's tiled matmul summing a batch in another order). Chosen: the candidate
-with the least ``s_t``, if it beats the source file's by ``margin`` (5%; the source's own type
-is not re-written). The types are timed together (:func:`row_prices_together`): in rounds, each
-type once per round, the median over rounds kept, so a virtual machine whose speed drifts by
-tens of per cent over minutes slows every type alike; timed one type after the other, the
-choice flipped between runs with that drift. The
+with the least ``s_t``, if it beats the source file's by ``margin`` (5%) in every round of the
+timing (the source's own type is not re-written). The types are timed together
+(:func:`row_prices_together`): in rounds, each type once per round, so a virtual machine whose
+speed drifts by tens of per cent over minutes slows every type of a round alike, and a type
+replaces the source only where it is faster by the margin in each round, not by a median
+that a near tie puts on either side of it (timed one type after the other, then compared by
+medians, the choice flipped between two runs of the command). The
 prediction prices rows and nothing else (no per-round overhead,
 the learner's choice per round instead of one fixed length); ``hedgespec bench --engine
 llamacpp --target`` measures the chosen file against plain decoding of the same file.
@@ -49,17 +51,21 @@ MARGIN = 0.05  # and must be predicted 5 % faster than the source
 
 @dataclass(frozen=True)
 class Candidate:
-    """One weight type, measured: ``row_seconds`` for ``1 .. K + 1`` rows, held-out
-    ``perplexity``, whether its rows are ``lossless`` (alone = batched), and (:func:`choose`)
-    the predicted ``seconds_per_token`` at ``best_k`` and whether it is ``within_budget``."""
+    """One weight type, measured: ``row_seconds`` for ``1 .. K + 1`` rows (the median over the
+    timing's rounds), held-out ``perplexity``, whether its rows are ``lossless`` (alone =
+    batched), ``rounds`` (each round's row seconds, optional); and (:func:`choose`) the
+    predicted ``seconds_per_token`` at ``best_k``, whether it is ``within_budget``, and
+    ``vs_source``, its predicted time over the source's in each round."""
 
     name: str
     row_seconds: tuple[float, ...]
     perplexity: float
     lossless: bool = True
+    rounds: tuple[tuple[float, ...], ...] = ()
     seconds_per_token: float = float("nan")
     best_k: int = 0
     within_budget: bool = False
+    vs_source: tuple[float, ...] = ()
 
 
 class RowTimer(Protocol):
@@ -71,11 +77,11 @@ class RowTimer(Protocol):
 
 def row_prices_together(targets: Sequence[RowTimer], rows: int, context: int = 300,
                         rounds: int = 5, repeats: int = 3) -> np.ndarray:
-    """Every target's seconds for ``1 .. rows`` rows, ``(len(targets), rows)``: ``rounds``
-    rounds, each timing every target once (the median of ``repeats`` decodes per row count),
-    in alternating order (forward, then backward: none always runs first), and each target's
-    median over the rounds. Timings of one round are seconds apart, so a drift of the machine's
-    speed moves them alike, and one disturbed round is outvoted.
+    """Every target's seconds for ``1 .. rows`` rows in each round, ``(rounds, len(targets),
+    rows)``: each round times every target once (the median of ``repeats`` decodes per row
+    count), in alternating order (forward, then backward: none always runs first). Timings of
+    one round are seconds apart, so a drift of the machine's speed moves them alike; the
+    median over rounds outvotes one disturbed round.
 
     Raises
     ------
@@ -90,7 +96,7 @@ def row_prices_together(targets: Sequence[RowTimer], rows: int, context: int = 3
         order = range(len(targets)) if r % 2 == 0 else reversed(range(len(targets)))
         for i in order:
             out[r, i] = targets[i].row_prices(rows, context=context, repeats=repeats)
-    return np.median(out, axis=0)
+    return out
 
 
 def seconds_per_token(row_seconds: Sequence[float], alpha: float) -> tuple[float, int]:
@@ -116,27 +122,35 @@ def seconds_per_token(row_seconds: Sequence[float], alpha: float) -> tuple[float
 def choose(candidates: Sequence[Candidate], reference_perplexity: float,
            alpha: float = ALPHA, budget: float = BUDGET, margin: float = MARGIN
            ) -> tuple[Candidate, list[Candidate]]:
-    """The fastest lossless candidate within the budget where it is predicted ``margin``
-    faster than the first candidate (the source file), else the source; and every candidate
-    with its prediction.
+    """The fastest lossless candidate within the budget among those predicted ``margin``
+    faster than the first candidate (the source file) in every round of the timing (by the
+    medians where a candidate has no rounds), else the source; and every candidate with its
+    prediction.
 
     Raises
     ------
     ValueError
         No lossless candidate within ``budget`` of ``reference_perplexity``.
     """
+    def per_round(c: Candidate) -> np.ndarray:
+        return np.array([seconds_per_token(r, alpha)[0] for r in c.rounds or (c.row_seconds,)])
+
+    source_rounds = per_round(candidates[0])
     scored = []
     for c in candidates:
         s, k = seconds_per_token(c.row_seconds, alpha)
+        own = per_round(c)
+        ratio = own / source_rounds if len(own) == len(source_rounds) else \
+            np.array([s / seconds_per_token(candidates[0].row_seconds, alpha)[0]])
         ok = c.perplexity <= (1 + budget) * reference_perplexity
-        scored.append(Candidate(c.name, tuple(c.row_seconds), c.perplexity, c.lossless, s, k,
-                                ok))
+        scored.append(Candidate(c.name, tuple(c.row_seconds), c.perplexity, c.lossless,
+                                c.rounds, s, k, ok, tuple(ratio.tolist())))
     allowed = [c for c in scored if c.within_budget and c.lossless]
     if not allowed:
         raise ValueError(f"no weight type within {budget:.0%} of the reference perplexity "
                          f"{reference_perplexity:.2f} whose rows do not depend on their batch")
-    best = min(allowed, key=lambda c: c.seconds_per_token)
     source = scored[0]
-    if source in allowed and best.seconds_per_token > (1 - margin) * source.seconds_per_token:
-        best = source
-    return best, scored
+    if source not in allowed:
+        return min(allowed, key=lambda c: c.seconds_per_token), scored
+    clearly = [c for c in allowed[1:] if max(c.vs_source) < 1 - margin]
+    return min(clearly, key=lambda c: c.seconds_per_token, default=source), scored

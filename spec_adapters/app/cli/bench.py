@@ -309,7 +309,7 @@ def _demo_llamacpp(args: argparse.Namespace, model, tok, domains: dict, out: Pat
     path, chosen, scored = choose_gguf(source, Path(args.cache_dir), texts, list(DEMO_TYPES),
                                        cfg.draft_length, threads, ALPHA, BUDGET, MARGIN)
     print()
-    print_choice(source, path, chosen, scored, ALPHA, BUDGET)
+    print_choice(source, path, chosen, scored, ALPHA, BUDGET, MARGIN)
     folder = Path(args.cache_dir) / "pool" / loaded_target_id(model, tok)
     settings = pool_config(args).ngram
     prompts = [(q.qid, q.domain, chat_ids(tok, q.prompt).tolist())

@@ -8,6 +8,8 @@ import json
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
+import numpy as np
+
 from spec_adapters.app.args import comma_list, float_arg, int_arg
 from spec_adapters.app.cli.common import (
     UserError,
@@ -64,7 +66,8 @@ def choose_gguf(source: Path, cache_dir: Path, texts: list[list[int]], types: li
                 margin: float) -> tuple:
     """Every type of ``types`` written from ``source`` (once, into ``<cache>/gguf-types``),
     measured beside ``source`` itself (perplexity, whether its rows depend on their batch),
-    then all timed together (:func:`~spec_adapters.llamacpp.weight_choice.row_prices_together`);
+    then all timed together (:func:`~spec_adapters.llamacpp.weight_choice.row_prices_together`,
+    five rounds);
     ``(chosen path, chosen, every candidate)``
     (:func:`~spec_adapters.llamacpp.weight_choice.choose`). The choice is kept in
     ``<cache>/gguf-types/<source>.choice.json``."""
@@ -95,8 +98,9 @@ def choose_gguf(source: Path, cache_dir: Path, texts: list[list[int]], types: li
     finally:
         for target in targets:
             target.close()
-    measured = [Candidate(name, tuple(rows), ppl, lossless=lossless)
-                for name, rows, (ppl, lossless) in zip(paths, prices, quality, strict=True)]
+    measured = [Candidate(name, tuple(np.median(prices[:, i], axis=0)), ppl, lossless=lossless,
+                          rounds=tuple(map(tuple, prices[:, i])))
+                for i, (name, (ppl, lossless)) in enumerate(zip(paths, quality, strict=True))]
     for c in measured:
         _log(f"{c.name}: {' / '.join(f'{1e3 * s:.1f}' for s in c.row_seconds)} ms for "
              f"1..{len(c.row_seconds)} rows, perplexity {c.perplexity:.2f}, rows alone = "
@@ -136,25 +140,28 @@ def cmd_quantize(args: argparse.Namespace) -> int:
     path, chosen, scored = choose_gguf(source, Path(args.cache_dir), texts, types,
                                        args.draft_length, threads, args.alpha, args.budget,
                                        args.margin)
-    print_choice(source, path, chosen, scored, args.alpha, args.budget)
+    print_choice(source, path, chosen, scored, args.alpha, args.budget, args.margin)
     return 0
 
 
-def print_choice(source: Path, path: Path, chosen, scored: list, alpha: float, budget: float
-                 ) -> None:
+def print_choice(source: Path, path: Path, chosen, scored: list, alpha: float, budget: float,
+                 margin: float) -> None:
     """The candidates' table, the choice and why, then the chosen file's path."""
     ref = scored[0].perplexity
     print(f"{source.name}: predicted HedgeSpec ms per token at per-position acceptance "
           f"{alpha} (K = {len(scored[0].row_seconds) - 1}), held-out perplexity "
-          f"(within {budget:.0%} of {ref:.2f} to be a candidate)")
-    print("| type | ms, 1 row | ms, 2 rows | ms per token | best k | perplexity | candidate |")
-    print("|---|---:|---:|---:|---:|---:|---|")
+          f"(within {budget:.0%} of {ref:.2f} to be a candidate); a candidate replaces the "
+          f"source where it is {margin:.0%} faster in every round of the timing")
+    print("| type | ms, 1 row | ms, 2 rows | ms per token | x source, per round | best k | "
+          "perplexity | candidate |")
+    print("|---|---:|---:|---:|---:|---:|---:|---|")
     for c in scored:
         why = "yes" if c.within_budget and c.lossless else "no: " + " and ".join(
             w for w, bad in (("quality", not c.within_budget),
                              ("a row depends on its batch", not c.lossless)) if bad)
         print(f"| {c.name} | {1e3 * c.row_seconds[0]:.1f} | {1e3 * c.row_seconds[1]:.1f} | "
-              f"{1e3 * c.seconds_per_token:.1f} | {c.best_k} | {c.perplexity:.2f} | {why} |")
+              f"{1e3 * c.seconds_per_token:.1f} | {min(c.vs_source):.2f}-{max(c.vs_source):.2f} "
+              f"| {c.best_k} | {c.perplexity:.2f} | {why} |")
     why = "the source file itself" if chosen.name == "source" else \
         f"{chosen.name}, re-quantized: a different model (perplexity {chosen.perplexity:.2f})"
     print(f"chosen: {why}, predicted {1e3 * chosen.seconds_per_token:.1f} ms per token against "

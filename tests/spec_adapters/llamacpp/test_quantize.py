@@ -129,8 +129,10 @@ def test_types_timed_together_keep_their_order_while_the_machine_drifts():
     disturbed timing is outvoted by the median."""
     clock = []
     slow, fast = _DriftingTimer(0.010, clock, 0.02), _DriftingTimer(0.0095, clock, 0.02)
-    prices = row_prices_together([slow, fast], rows=3, rounds=5)
-    assert prices.shape == (2, 3) and prices[1, 0] < prices[0, 0]
+    rounds = row_prices_together([slow, fast], rows=3, rounds=5)
+    prices = np.median(rounds, axis=0)
+    assert rounds.shape == (5, 2, 3) and prices[1, 0] < prices[0, 0]
+    assert (rounds[:, 1, 0] < rounds[:, 0, 0]).sum() >= 3  # faster in most rounds too
     # forward, backward, forward ...: neither always first
     assert clock == [slow, fast, fast, slow, slow, fast, fast, slow, slow, fast]
     in_series = [np.median([t.base * (1 + 0.02 * (5 * j + c)) for c in range(5)])
@@ -138,12 +140,31 @@ def test_types_timed_together_keep_their_order_while_the_machine_drifts():
     assert in_series[1] > in_series[0]  # what the earlier timing would have chosen
     clock = []
     steady = [_DriftingTimer(0.010, clock, 0.0, disturbed={3}), _DriftingTimer(0.012, clock, 0.0)]
-    np.testing.assert_allclose(row_prices_together(steady, rows=2, rounds=5),
+    np.testing.assert_allclose(np.median(row_prices_together(steady, rows=2, rounds=5), 0),
                                [[0.010, 0.020], [0.012, 0.024]])
     with pytest.raises(ValueError, match="rounds"):
         row_prices_together(steady, rows=2, rounds=0)
     with pytest.raises(ValueError, match="targets"):
         row_prices_together([], rows=2)
+
+
+def test_a_type_replaces_the_source_only_where_it_is_faster_in_every_round():
+    """A near tie (6% faster by the medians, slower in one round) keeps the source; a type
+    faster by the margin in every round is chosen, whatever one round's spread."""
+    src = [(0.010, 0.020), (0.011, 0.022), (0.010, 0.020), (0.012, 0.024), (0.010, 0.020)]
+    tie = [(0.0094, 0.02), (0.0117, 0.02), (0.0094, 0.02), (0.0112, 0.02), (0.0094, 0.02)]
+    fast = [(0.008, 0.02), (0.009, 0.02), (0.008, 0.02), (0.010, 0.02), (0.009, 0.02)]
+
+    def cand(name, rounds):
+        return Candidate(name, tuple(np.median(rounds, 0)), 20.0, rounds=tuple(rounds))
+
+    chosen, scored = choose([cand("source", src), cand("Q4_K_M", tie)], 20.0, alpha=0.0)
+    assert chosen.name == "source"
+    assert scored[1].seconds_per_token < 0.95 * scored[0].seconds_per_token  # by the medians
+    assert max(scored[1].vs_source) > 1.0 and len(scored[1].vs_source) == 5
+    chosen, scored = choose([cand("source", src), cand("Q4_K_M", tie), cand("Q4_0", fast)],
+                            20.0, alpha=0.0)
+    assert chosen.name == "Q4_0" and max(chosen.vs_source) < 0.95
 
 
 def test_a_type_whose_rows_depend_on_their_batch_is_not_a_candidate():
