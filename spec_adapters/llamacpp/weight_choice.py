@@ -136,12 +136,12 @@ def choose(candidates: Sequence[Candidate], reference_perplexity: float,
         return np.array([seconds_per_token(r, alpha)[0] for r in c.rounds or (c.row_seconds,)])
 
     source_rounds = per_round(candidates[0])
+    source_s = seconds_per_token(candidates[0].row_seconds, alpha)[0]
     scored = []
     for c in candidates:
         s, k = seconds_per_token(c.row_seconds, alpha)
-        own = per_round(c)
-        ratio = own / source_rounds if len(own) == len(source_rounds) else \
-            np.array([s / seconds_per_token(candidates[0].row_seconds, alpha)[0]])
+        own = per_round(c)  # against the source round by round, else median against median
+        ratio = own / source_rounds if len(own) == len(source_rounds) else np.array([s / source_s])
         ok = c.perplexity <= (1 + budget) * reference_perplexity
         scored.append(Candidate(c.name, tuple(c.row_seconds), c.perplexity, c.lossless,
                                 c.rounds, s, k, ok, tuple(ratio.tolist())))

@@ -29,7 +29,7 @@ from __future__ import annotations
 import json
 import sys
 import time
-from collections import deque
+from collections import Counter, deque
 from collections.abc import Callable
 from pathlib import Path
 
@@ -97,7 +97,8 @@ def run_requests(engine, prompts: list[dict], make_params: Callable[[int], objec
     if concurrency < 1:
         raise ValueError(f"concurrency must be >= 1, got {concurrency}")
     waiting = deque(enumerate(prompts))
-    in_flight: dict[str, tuple[int, float, list[float], list[int]]] = {}
+    in_flight: dict[str, tuple[int, float, list[float]]] = {}
+    steps: Counter[str] = Counter()  # per request, the steps that returned tokens to it
     done: dict[int, dict] = {}
     start = clock()
     while waiting or in_flight:
@@ -108,22 +109,23 @@ def run_requests(engine, prompts: list[dict], make_params: Callable[[int], objec
             i, p = waiting.popleft()
             rid = f"{tag}-{i}"
             engine.add_request(rid, {"prompt_token_ids": list(p["ids"])}, make_params(i))
-            in_flight[rid] = (i, clock(), [], [0])
+            in_flight[rid] = (i, clock(), [])
         for out in engine.step():
             if out.request_id not in in_flight:
                 continue
-            i, t_add, arrived, steps = in_flight[out.request_id]
+            i, t_add, arrived = in_flight[out.request_id]
             seq = out.outputs[0]
             new = len(seq.token_ids) - len(arrived)
             arrived += [round(clock() - t_add, 5)] * new
-            steps[0] += new > 0
+            steps[out.request_id] += new > 0
             if not out.finished:
                 continue
             del in_flight[out.request_id]
             done[i] = {"qid": prompts[i]["qid"], "domain": prompts[i]["domain"],
                        "tokens": list(seq.token_ids), "new_tokens": len(seq.token_ids),
                        "seconds": clock() - t_add, "token_seconds": arrived,
-                       "steps": steps[0], "accepted": len(seq.token_ids) - steps[0]}
+                       "steps": steps[out.request_id],
+                       "accepted": len(seq.token_ids) - steps[out.request_id]}
     return [done[i] for i in range(len(prompts))], clock() - start
 
 
