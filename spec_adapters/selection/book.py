@@ -168,22 +168,37 @@ class RoundBook:
             self.end += m                           # at or after the end): nothing to keep
             self._live = self.end
             return
-        if gamma is None:
-            gamma = rho = np.full((self.n, m), np.nan)  # no statistics: drafts score rounds
-        gamma, rho = _float64(gamma), _float64(rho)
-        proposes = np.ones(gamma.shape, bool) if proposes is None else _bool(proposes)
-        if gamma.shape != (self.n, m) or rho.shape != gamma.shape \
-                or proposes.shape != gamma.shape:
-            raise ValueError(f"gamma, rho and proposes must all be ({self.n}, {m}) for {m} "
-                             f"tokens, got {gamma.shape}, {rho.shape} and {proposes.shape}")
-        if not np.isnan(gamma).all():
-            self._gamma.append(gamma)
-            self._rho.append(rho)
+        if gamma is not None:
+            gamma, rho = _float64(gamma), _float64(rho)
+            proposes = np.ones(gamma.shape, bool) if proposes is None else _bool(proposes)
+            if gamma.shape != (self.n, m) or rho.shape != gamma.shape \
+                    or proposes.shape != gamma.shape:
+                raise ValueError(f"gamma, rho and proposes must all be ({self.n}, {m}) for {m} "
+                                 f"tokens, got {gamma.shape}, {rho.shape} and "
+                                 f"{proposes.shape}")
+            # the statistics cover the live positions up to here (NaN where none came)
+            self._pad_statistics(self.end - self._live)
+            if not np.isnan(gamma).all():
+                self._gamma.append(gamma)
+                self._rho.append(rho)
+            self._live_gamma = np.concatenate([self._live_gamma, gamma], 1)
+            self._live_rho = np.concatenate([self._live_rho, rho], 1)
+            self._live_proposes = np.concatenate([self._live_proposes, proposes], 1)
+        # without statistics (point-mass drafters): rounds opened with drafts read the tokens
+        # alone; one opened without finds NaN there (pop_completed says so)
         self._live_tokens = np.concatenate([self._live_tokens, tokens])
-        self._live_gamma = np.concatenate([self._live_gamma, gamma], 1)
-        self._live_rho = np.concatenate([self._live_rho, rho], 1)
-        self._live_proposes = np.concatenate([self._live_proposes, proposes], 1)
         self.end += m
+
+    def _pad_statistics(self, length: int) -> None:
+        """The live statistics cover the first live positions, those recorded without any
+        (``NaN``, never proposing) after the last recorded with: pad them to ``length``."""
+        gap = length - self._live_gamma.shape[1]
+        if gap > 0:
+            nan = np.full((self.n, gap), np.nan)
+            self._live_gamma = np.concatenate([self._live_gamma, nan], 1)
+            self._live_rho = np.concatenate([self._live_rho, nan], 1)
+            self._live_proposes = np.concatenate(
+                [self._live_proposes, np.zeros((self.n, gap), bool)], 1)
 
     @property
     def gamma(self) -> np.ndarray:
@@ -200,13 +215,16 @@ class RoundBook:
         verified, in round-id order."""
         done = sorted((rid, start) for rid, (start, _d, _x) in self.open_rounds.items()
                       if start + self.k <= self.end)
+        if not done:  # most rounds: nothing completes, nothing to drop
+            return []
         out = []
         for rid, start in done:
-            _start, drafts, data = self.open_rounds.pop(rid)
+            _start, drafts, data = self.open_rounds[rid]
             lo, hi = start - self._live, start - self._live + self.k
             if drafts is not None:
                 gamma, rho, proposes = greedy_stats(drafts, self._live_tokens[lo:hi])
             else:
+                self._pad_statistics(hi)
                 gamma, rho = self._live_gamma[:, lo:hi], self._live_rho[:, lo:hi]
                 proposes = self._live_proposes[:, lo:hi]
                 if np.isnan(gamma).any():
@@ -216,6 +234,8 @@ class RoundBook:
             # leading positions each drafter proposes at: the first False, or K
             lengths = np.where(proposes.all(1), self.k, np.argmin(proposes, 1))
             out.append(Window(rid, gamma, rho, lengths, data))
+        for rid, _start in done:  # taken out only once every window could be read
+            del self.open_rounds[rid]
         self._drop_unread()
         return out
 

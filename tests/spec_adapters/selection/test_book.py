@@ -136,6 +136,28 @@ def test_a_round_without_drafts_needs_statistics():
         book.open(1, 2, np.zeros((2, 3), int))
 
 
+def test_statistics_after_tokens_alone_line_up_with_their_positions():
+    """Tokens recorded alone (a round with drafts open) and then with statistics: a round
+    without drafts reads the statistics at its own positions, and one that reaches back into
+    the tokens recorded alone is refused."""
+    book = RoundBook(2, 2)
+    book.open(0, 0, np.array([[5, 6], [5, 0]]))
+    book.open(1, 1)        # reads positions 1, 2: the first recorded without statistics
+    book.record([5, 6])    # tokens alone
+    (w,) = book.pop_completed()
+    assert w.round_id == 0 and w.gamma.tolist() == [[1, 1], [1, 0]]
+    book.open(2, 2)
+    g = np.array([[0.25, 0.5], [0.75, 1.0]])
+    book.record([7, 8], g, g)
+    with pytest.raises(ValueError, match="without statistics"):
+        book.pop_completed()   # round 1's position 1 has none
+    assert sorted(book.open_rounds) == [1, 2]  # nothing taken out by the refusal
+    book.open_rounds.pop(1)
+    (w,) = book.pop_completed()
+    assert w.round_id == 2
+    np.testing.assert_array_equal(w.gamma, g)
+
+
 def test_an_expert_pays_for_the_tokens_its_drafter_would_have_drafted():
     """Cost-aware: expert (i, k) pays c(min(k, lengths_i)), one (K + 1,) cost row serving
     every drafter (the vLLM proposer's); an unknown loss is refused by name."""
