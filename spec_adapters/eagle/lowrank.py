@@ -57,14 +57,13 @@ class DeltaLinear(nn.Module):
 
 def _factors(delta: torch.Tensor, rank: int) -> tuple[torch.Tensor, torch.Tensor]:
     """``(A, B)`` with ``B A`` the best rank-``rank`` approximation of ``delta`` (float32 SVD,
-    the singular values split evenly between the factors)."""
+    the singular values split evenly between the factors), of rank ``min(rank, in, out)``:
+    the same for every member of a family (one architecture), and never more than the delta
+    has."""
     u, s, vh = torch.linalg.svd(delta.float(), full_matrices=False)
     r = min(rank, s.numel())
     root = s[:r].sqrt()
     a, b = root[:, None] * vh[:r], u[:, :r] * root[None, :]
-    if r < rank:  # pad with zero rows so every member of the family has the same shapes
-        a = torch.cat([a, a.new_zeros(rank - r, a.shape[1])])
-        b = torch.cat([b, b.new_zeros(b.shape[0], rank - r)], dim=1)
     return a.to(delta.dtype), b.to(delta.dtype)
 
 

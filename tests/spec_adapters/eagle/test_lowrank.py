@@ -50,6 +50,9 @@ def test_at_full_rank_the_specialists_compute_what_they_did(family):
                                    teacher_forced_logits(head, target, seq),
                                    atol=1e-4, rtol=1e-4)
         assert full[name].embed_weight is head.embed_weight  # the target's table, shared
+        for layer in LINEARS:  # "full" is the delta's own rank, not the rank asked for
+            delta = full[name].get_submodule(layer)
+            assert delta.delta_a.shape[0] == min(delta.weight.shape)
     assert all(isinstance(heads["even"].get_submodule(n), torch.nn.Linear) for n in LINEARS)
 
 
