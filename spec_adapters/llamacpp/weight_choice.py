@@ -33,7 +33,7 @@ llamacpp --target`` measures the chosen file against plain decoding of the same 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Protocol
 
 import numpy as np
@@ -143,8 +143,8 @@ def choose(candidates: Sequence[Candidate], reference_perplexity: float,
         own = per_round(c)  # against the source round by round, else median against median
         ratio = own / source_rounds if len(own) == len(source_rounds) else np.array([s / source_s])
         ok = c.perplexity <= (1 + budget) * reference_perplexity
-        scored.append(Candidate(c.name, tuple(c.row_seconds), c.perplexity, c.lossless,
-                                c.rounds, s, k, ok, tuple(ratio.tolist())))
+        scored.append(replace(c, row_seconds=tuple(c.row_seconds), seconds_per_token=s,
+                              best_k=k, within_budget=ok, vs_source=tuple(ratio.tolist())))
     allowed = [c for c in scored if c.within_budget and c.lossless]
     if not allowed:
         raise ValueError(f"no weight type within {budget:.0%} of the reference perplexity "

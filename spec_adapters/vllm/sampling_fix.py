@@ -121,16 +121,19 @@ def sample_recovered_tokens(max_spec_len: int, num_draft_tokens: list[int],
     if not rows:
         return recovered
     dtype = torch.float64 if use_fp64_gumbel else torch.float32
-    q = torch.ones((len(num_draft_tokens), target_probs.shape[-1]), dtype=dtype, device=device)
+    # 1 / E per row; a row without drafts is never read (the kernel exits before it): left unset
+    inv_q = torch.empty((len(num_draft_tokens), target_probs.shape[-1]), dtype=dtype,
+                        device=device)
     generators = sampling_metadata.generators
     unseeded = [i for i in rows if i not in generators]
     if unseeded:
-        q[unseeded] = q.new_empty((len(unseeded), q.shape[1])).exponential_()
+        inv_q[unseeded] = inv_q.new_empty((len(unseeded), inv_q.shape[1])).exponential_() \
+            .reciprocal_()
     for i in rows:
         if i in generators:
-            q[i].exponential_(generator=generators[i])
+            inv_q[i].exponential_(generator=generators[i]).reciprocal_()
     rs._sample_recovered_tokens(recovered, cu_num_draft_tokens, draft_token_ids, draft_probs,
-                                target_probs, q.reciprocal(), max_spec_len=max_spec_len)
+                                target_probs, inv_q, max_spec_len=max_spec_len)
     return recovered
 
 
