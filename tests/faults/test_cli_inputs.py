@@ -82,6 +82,7 @@ BAD = {
         "--concurrencies": [("1,1", "given more than once"), ("1,,4", "empty item in '1,,4'"),
                             ("01,1", "given more than once")],
         "--methods": [("plain,plain", "'plain' given more than once"), ("", "empty item in ''")],
+        "--k": _beyond(INT1, "0"),
     },
     "train-drafters": {"--domains": [("sql,sql", "given more than once")],
                        "--extra-shards": _beyond(INT0, "-1")},

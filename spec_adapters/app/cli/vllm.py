@@ -89,6 +89,9 @@ def add_bench_vllm(sub) -> None:
     s.add_argument("--arrival-rates", type=distinct_list(float_arg(0.0, lo_open=True)),
                    default=None, help="comma-separated requests/s of phases where requests "
                    "arrive over time (Poisson), e.g. 0.5,1 (default: the preset's)")
+    s.add_argument("--k", type=int_arg(1), default=None,
+                   help="K, num_speculative_tokens of every speculating method but suffix at "
+                        "its defaults (its own depth, 24); default: the preset's (4)")
     s.add_argument("--temperature", type=float_arg(0.0), default=None,
                    help=f"0: greedy (default); above, sampled with top-p {TOP_P}")
     s.add_argument("--seeded", action="store_true",
@@ -204,7 +207,7 @@ def cmd_bench_vllm(args: argparse.Namespace) -> int:
               "max_new_tokens": args.max_new_tokens, "concurrencies": args.concurrencies,
               "methods": args.methods, "arrival_rates": args.arrival_rates,
               "temperature": args.temperature, "stop_at_eos": False if args.ignore_eos else None,
-              "seeded": args.seeded or None,
+              "seeded": args.seeded or None, "k": args.k,
               "proposer": tuple(args.proposer_settings.items())
               if args.proposer_settings is not None else None}
     try:

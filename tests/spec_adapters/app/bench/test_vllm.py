@@ -477,6 +477,32 @@ def test_cli_methods_and_concurrencies_are_checked_before_anything_runs(tmp_path
     assert not (tmp_path / "out").exists()
 
 
+def test_cli_k_sets_every_speculating_methods_k_but_suffix_at_its_defaults(tmp_path,
+                                                                          monkeypatch):
+    import spec_adapters.app.cli.vllm as cli_vllm
+    from spec_adapters.app.bench.vllm import method_specs
+    from spec_adapters.app.cli import main
+    from tests.spec_adapters.bench_fixtures import make_target_folder, write_domains
+
+    seen = []
+
+    def bench(args, target, tok, domains, cfg, out):
+        seen.append(cfg)
+        raise ValueError("stopped before vLLM")
+
+    monkeypatch.setattr(cli_vllm, "vllm_bench_of", bench)
+    folder = make_target_folder(tmp_path)
+    write_domains(tmp_path / "cache", ["code", "math"])
+    for extra, k in (([], 4), (["--k", "8"], 8)):
+        rc = main(["bench-vllm", "--target", str(folder), "--cache-dir", str(tmp_path / "cache"),
+                   "--domains", "code,math", "--preset", "headline", *extra])
+        assert rc == 2 and seen[-1].k == k
+    pool, cache = tmp_path / "pool", tmp_path / "cache"
+    assert method_specs("suffix-k", [], pool, cache, 8, 0)[0]["num_speculative_tokens"] == 8
+    assert method_specs("hedgespec", [], pool, cache, 8, 0)[1]["k"] == 8
+    assert "num_speculative_tokens" not in method_specs("suffix", [], pool, cache, 8, 0)[0]
+
+
 def test_a_folder_takes_more_methods_and_concurrencies_on_the_same_prompts():
     from dataclasses import replace
 
