@@ -44,11 +44,24 @@ drafted ran at 0.85-0.88x vLLM plain with the same synchronous scheduling (16 se
 at T = 0.7, 96 tokens each), 0.97-0.99x with the fix. The replacement draws the noise
 for the rows with drafts only, each from where vLLM draws it (a seeded row from its own
 generator, exactly as vLLM does, so seeded rows consume the same numbers; the others from the
-global generator), and nothing for a step without drafts. Lossless as before: a row's
-recovered token is drawn with fresh exponentials whatever the other rows did. Upstream could
-do the same (index ``q`` by the rows with ``num_draft_tokens > 0``).
+global generator), and nothing for a step without drafts. An unseeded row whose draft
+positions top-k / top-p left a few tokens (the residual ``max(p - q, 0)`` is 0 elsewhere, so
+its score is too, whatever the noise) draws noise for those tokens only: 1.2 ms less a drafting
+row a step at 49,152 tokens. Lossless as before: a row's recovered token is drawn with fresh
+exponentials on the residual's support whatever the other rows did (the exponential race picks
+``v`` with probability ``r_v / sum(r)``). Upstream could do the same (index ``q`` by the rows
+with ``num_draft_tokens > 0``, and by the support).
 
-:func:`install` applies the three, once per process. vLLM loads it as a ``vllm.general_plugins``
+**Fix 4** (:mod:`spec_adapters.vllm.top_p`: a cost). At T > 0 the rejection sampler masks
+every draft position's row by top-p through a sort of the whole vocabulary: 5.6 ms a position
+on a 2-core AVX2 EPYC, 12 ms for four, beside a ~45 ms step, so a drafted token cost a sampled
+step several times what it cost a greedy one. The rows without a seed get the same mask from
+the ``topk`` of their most probable tokens (0.7 ms, 1.7 ms); the seeded rows keep vLLM's sort,
+whose mask the coupled rule must share with plain decoding. ``$HEDGESPEC_VLLM_TOP_P=sort``
+keeps vLLM's sort everywhere (for a comparison). Upstream could do the same in
+``apply_top_k_top_p_pytorch`` (its top-k-only path already avoids the sort).
+
+:func:`install` applies the four, once per process. vLLM loads it as a ``vllm.general_plugins``
 entry point (``pyproject.toml``) in every process, before the CPU platform registers its
 kernels; the HedgeSpec proposer calls it too, after that registration, for an environment
 where the project is importable but not installed. ``VLLM_PLUGINS`` leaves the plugin out
@@ -60,13 +73,17 @@ from __future__ import annotations
 import contextvars
 import functools
 import logging
+import os
 from dataclasses import dataclass, field
+
+from spec_adapters.vllm import top_p
 
 __all__ = ["expand_to_tokens", "install", "installed", "sample_recovered_tokens"]
 
 log = logging.getLogger(__name__)
 
 EXPAND = "vllm.v1.sample.rejection_sampler.expand_kernel"
+TOP_P_ENV = "HEDGESPEC_VLLM_TOP_P"
 _installed = False
 
 
@@ -111,8 +128,9 @@ def sample_recovered_tokens(max_spec_len: int, num_draft_tokens: list[int],
                             sampling_metadata, device, use_fp64_gumbel: bool = False):
     """vLLM's ``sample_recovered_tokens`` (the token a rejected position gets: the argmax of
     ``max(p - q, 0) / E`` over the vocabulary, ``E`` exponential noise; the Gumbel-max draw
-    from the residual law) with the noise drawn for the rows that have drafts only (module
-    docstring, Fix 3); same arguments, same result for those rows."""
+    from the residual law) with the noise drawn for the rows that have drafts only, and for
+    an unseeded row whose positions top-k / top-p left a few tokens, for those tokens only
+    (module docstring, Fix 3); same arguments, the same law for those rows."""
     import torch
     import vllm.v1.sample.rejection_sampler as rs
 
@@ -126,9 +144,19 @@ def sample_recovered_tokens(max_spec_len: int, num_draft_tokens: list[int],
                         device=device)
     generators = sampling_metadata.generators
     unseeded = [i for i in rows if i not in generators]
-    if unseeded:
-        inv_q[unseeded] = inv_q.new_empty((len(unseeded), inv_q.shape[1])).exponential_() \
-            .reciprocal_()
+    full, partial = [], {}
+    for i in unseeded:
+        start = int(cu_num_draft_tokens[i - 1]) if i else 0
+        support = torch.nonzero((target_probs[start:start + num_draft_tokens[i]] > 0).any(0))
+        if len(support) < inv_q.shape[1]:
+            partial[i] = support.flatten()
+        else:
+            full.append(i)
+    if full:
+        inv_q[full] = inv_q.new_empty((len(full), inv_q.shape[1])).exponential_().reciprocal_()
+    for i, support in partial.items():  # top-k / top-p zeroed the rest: it scores 0 anyway
+        inv_q[i].zero_()
+        inv_q[i, support] = inv_q.new_empty(len(support)).exponential_().reciprocal_()
     for i in rows:
         if i in generators:
             inv_q[i].exponential_(generator=generators[i]).reciprocal_()
@@ -142,8 +170,17 @@ def installed() -> bool:
     return _installed
 
 
+def _sorted_top_p() -> bool:
+    """Whether ``$HEDGESPEC_VLLM_TOP_P`` asks for vLLM's sort on every draft position (``sort``:
+    Fix 4 off, for a comparison) rather than the default (``candidates``)."""
+    value = os.environ.get(TOP_P_ENV, "candidates")
+    if value not in ("candidates", "sort"):
+        raise ValueError(f"${TOP_P_ENV} must be 'candidates' or 'sort', got {value!r}")
+    return value == "sort"
+
+
 def install() -> bool:
-    """Apply the three fixes in this process (idempotent); ``False`` where there is nothing to fix
+    """Apply the four fixes in this process (idempotent); ``False`` where there is nothing to fix
     (no vLLM, or a platform other than the CPU)."""
     global _installed
     if _installed:
@@ -154,6 +191,7 @@ def install() -> bool:
         return False
     if not current_platform.is_cpu():
         return False
+    _sorted_top_p()  # a bad value fails at engine start, not at the first sampled step
     import vllm.utils.cpu_triton_utils as cpu_kernels
     import vllm.v1.sample.rejection_sampler as rs
     from vllm.triton_utils import dispatcher
@@ -163,7 +201,7 @@ def install() -> bool:
     if registered is not None and registered[1] is not expand_to_tokens:
         dispatcher.register_kernels({EXPAND: expand_to_tokens})  # registered before us
     rs.RejectionSampler.forward = _saving_seeded_states(rs.RejectionSampler.forward)
-    rs.apply_top_k_top_p = _capturing_draft_positions(rs.apply_top_k_top_p)
+    rs.apply_top_k_top_p = _draft_positions_top_p(rs.apply_top_k_top_p)
     rs.rejection_sample = _seeded_rows_coupled(rs.rejection_sample)
     rs.sample_recovered_tokens = sample_recovered_tokens
     _installed = True
@@ -210,19 +248,31 @@ def _saving_seeded_states(forward):
     return wrapper
 
 
-def _capturing_draft_positions(apply_top_k_top_p):
+def _draft_positions_top_p(apply_top_k_top_p):
     """``apply_top_k_top_p`` as the rejection sampler calls it (on the temperature-scaled
-    target logits of every draft position) that keeps the seeded rows' draft positions once
-    masked: the engine's sampler applies the same row-wise mask before its draw, so a draw
-    from the kept rows needs no second sort of the vocabulary."""
+    target logits of every draft position): top-p alone without the sort (Fix 4) on the rows
+    without a seed, vLLM's own on the seeded rows, whose draft positions it keeps once masked:
+    the engine's sampler applies the same row-wise mask before its draw, so a draw from the
+    kept rows needs no second sort of the vocabulary."""
 
     @functools.wraps(apply_top_k_top_p)
     def wrapper(logits, k, p):
-        masked = apply_top_k_top_p(logits, k, p)
         step = _STEP.get()
+        seeded = [] if step is None else [j for start, n in step.spans.values()
+                                          for j in range(start, start + n)]
+        if p is None or k is not None or _sorted_top_p():
+            masked = apply_top_k_top_p(logits, k, p)
+        else:
+            import torch
+
+            others = torch.ones(len(logits), dtype=torch.bool)
+            others[seeded] = False
+            if seeded:
+                logits[seeded] = apply_top_k_top_p(logits[seeded], None, p[seeded])
+            logits[others] = top_p.apply_top_p(logits[others], p[others], apply_top_k_top_p)
+            masked = logits
         if step is not None:
-            positions = [j for start, n in step.spans.values() for j in range(start, start + n)]
-            step.logits = masked[positions].clone()
+            step.logits = masked[seeded].clone()
         return masked
 
     return wrapper

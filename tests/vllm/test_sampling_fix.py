@@ -7,8 +7,10 @@ import json
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 import torch
+from scipy.stats import chisquare
 
 from spec_adapters.vllm import sampling_fix
 from tests.vllm.engine_run import ROOT, vllm_env
@@ -108,6 +110,26 @@ out = sampling_fix.sample_recovered_tokens(0, [0, 0], torch.zeros(2, dtype=torch
                                            drafts[:0], None, target[:0],
                                            SimpleNamespace(generators={}), "cpu")
 res["none"] = [out.tolist(), bool(torch.equal(before, torch.get_rng_state()))]
+# top-p zeroed all but a few tokens of each unseeded row (supports of 6 and 4 tokens): noise
+# for those only; the recovered tokens' counts over many steps, and the global draws of one
+masked = target.clone()
+masked[:3, 6:] = 0
+masked[3:5, :40] = 0
+masked[3:5, 44:] = 0
+cu = torch.tensor([3, 5], dtype=torch.int32)
+args = (3, [3, 2], cu, drafts[:5].contiguous(), None, masked[:5].contiguous(),
+        SimpleNamespace(generators={}), "cpu")
+torch.manual_seed(11)
+sampling_fix.sample_recovered_tokens(*args)
+after = torch.get_rng_state()
+torch.manual_seed(11)
+torch.empty(6).exponential_(), torch.empty(4).exponential_()
+res["draws"] = bool(torch.equal(after, torch.get_rng_state()))
+counts = torch.zeros(5, V, dtype=torch.int64)
+for _ in range(4000):
+    counts[torch.arange(5), sampling_fix.sample_recovered_tokens(*args)] += 1
+res["masked"] = {"counts": counts.tolist(), "probs": masked[:5].tolist(),
+                 "drafts": drafts[:5].tolist()}
 print(json.dumps(res))
 """
 
@@ -117,7 +139,9 @@ def test_recovered_tokens_draw_noise_for_the_rows_with_drafts_only():
     kernels registered: the same recovered tokens where every row drafts (the same draws, the
     global generator's in row order while the unseeded rows come first), the
     same for the seeded rows where another row has no drafts (each draws from its own
-    generator, as much as vLLM's), and no draw at all for a step without drafts."""
+    generator, as much as vLLM's), and no draw at all for a step without drafts. Where top-k /
+    top-p left a row a few tokens, noise is drawn for those only, and the recovered tokens
+    follow the residual law (the target's with the draft removed: chi-square)."""
     proc = subprocess.run([sys.executable, "-c", RECOVERED_CHECK], cwd=ROOT, env=vllm_env(),
                           capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr
@@ -127,3 +151,13 @@ def test_recovered_tokens_draw_noise_for_the_rows_with_drafts_only():
     theirs, ours = got["seeded"]
     assert ours == theirs and len(ours[0]) == 7
     assert got["none"] == [[], True]
+    assert got["draws"]  # 6 + 4 exponentials, not 2 x 50
+    masked = got["masked"]
+    for counts, probs, draft in zip(masked["counts"], masked["probs"], masked["drafts"],
+                                    strict=True):
+        residual = np.array(probs)
+        residual[draft] = 0.0
+        counts = np.array(counts)
+        assert counts[residual == 0].sum() == 0
+        kept = residual > 0
+        assert chisquare(counts[kept], 4000 * residual[kept] / residual.sum()).pvalue > 1e-3
