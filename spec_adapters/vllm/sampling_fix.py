@@ -76,8 +76,6 @@ import logging
 import os
 from dataclasses import dataclass, field
 
-from spec_adapters.vllm import top_p
-
 __all__ = ["expand_to_tokens", "install", "installed", "sample_recovered_tokens"]
 
 log = logging.getLogger(__name__)
@@ -264,6 +262,8 @@ def _draft_positions_top_p(apply_top_k_top_p):
             masked = apply_top_k_top_p(logits, k, p)
         else:
             import torch
+
+            from spec_adapters.vllm import top_p  # torch: not at the plugin's import
 
             others = torch.ones(len(logits), dtype=torch.bool)
             others[seeded] = False
