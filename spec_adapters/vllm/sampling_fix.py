@@ -189,7 +189,7 @@ def install() -> bool:
         return False
     if not current_platform.is_cpu():
         return False
-    _sorted_top_p()  # a bad value fails at engine start, not at the first sampled step
+    sorted_top_p = _sorted_top_p()  # read once: a bad value fails at engine start
     import vllm.utils.cpu_triton_utils as cpu_kernels
     import vllm.v1.sample.rejection_sampler as rs
     from vllm.triton_utils import dispatcher
@@ -199,7 +199,7 @@ def install() -> bool:
     if registered is not None and registered[1] is not expand_to_tokens:
         dispatcher.register_kernels({EXPAND: expand_to_tokens})  # registered before us
     rs.RejectionSampler.forward = _saving_seeded_states(rs.RejectionSampler.forward)
-    rs.apply_top_k_top_p = _draft_positions_top_p(rs.apply_top_k_top_p)
+    rs.apply_top_k_top_p = _draft_positions_top_p(rs.apply_top_k_top_p, sorted_top_p)
     rs.rejection_sample = _seeded_rows_coupled(rs.rejection_sample)
     rs.sample_recovered_tokens = sample_recovered_tokens
     _installed = True
@@ -246,31 +246,35 @@ def _saving_seeded_states(forward):
     return wrapper
 
 
-def _draft_positions_top_p(apply_top_k_top_p):
+def _draft_positions_top_p(apply_top_k_top_p, sort_everywhere: bool):
     """``apply_top_k_top_p`` as the rejection sampler calls it (on the temperature-scaled
     target logits of every draft position): top-p alone without the sort (Fix 4) on the rows
     without a seed, vLLM's own on the seeded rows, whose draft positions it keeps once masked:
     the engine's sampler applies the same row-wise mask before its draw, so a draw from the
-    kept rows needs no second sort of the vocabulary."""
+    kept rows needs no second sort of the vocabulary. ``sort_everywhere``: vLLM's sort on every row
+    (``$HEDGESPEC_VLLM_TOP_P=sort``)."""
 
     @functools.wraps(apply_top_k_top_p)
     def wrapper(logits, k, p):
         step = _STEP.get()
         seeded = [] if step is None else [j for start, n in step.spans.values()
                                           for j in range(start, start + n)]
-        if p is None or k is not None or _sorted_top_p():
+        if p is None or k is not None or sort_everywhere:
             masked = apply_top_k_top_p(logits, k, p)
         else:
             import torch
 
             from spec_adapters.vllm import top_p  # torch: not at the plugin's import
 
-            others = torch.ones(len(logits), dtype=torch.bool)
-            others[seeded] = False
-            if seeded:
+            if not seeded:  # in place, no copy of the rows
+                masked = top_p.apply_top_p(logits, p, apply_top_k_top_p)
+            else:
+                others = torch.ones(len(logits), dtype=torch.bool)
+                others[seeded] = False
                 logits[seeded] = apply_top_k_top_p(logits[seeded], None, p[seeded])
-            logits[others] = top_p.apply_top_p(logits[others], p[others], apply_top_k_top_p)
-            masked = logits
+                logits[others] = top_p.apply_top_p(logits[others], p[others],
+                                                   apply_top_k_top_p)
+                masked = logits
         if step is not None:
             step.logits = masked[seeded].clone()
         return masked

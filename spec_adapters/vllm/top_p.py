@@ -77,8 +77,8 @@ def apply_top_p(logits: torch.Tensor, p: torch.Tensor,
         rows = todo[settled]
         if rows.numel():
             kept = vals[settled].masked_fill(above[settled] >= p_rows[settled], -float("inf"))
-            logits[rows] = torch.full_like(logits[rows], -float("inf")).scatter_(
-                1, idx[settled], kept)
+            logits[rows] = logits.new_full((len(rows), logits.shape[1]),
+                                           -float("inf")).scatter_(1, idx[settled], kept)
         todo, probs = todo[~settled], probs[~settled]
     if todo.numel():
         logits[todo] = fallback(logits[todo], None, p[todo])
