@@ -7,7 +7,10 @@ vocabulary of exponentials per drafting request for the recovered token. The plu
 (:mod:`spec_adapters.vllm.top_p`) and draws the noise on the residual's support only. This
 times both on the target's own next-token rows (a forward over a real text), ``D`` draft
 positions for each of ``B`` requests, vLLM's and the plugin's calls interleaved, and checks
-that the masks agree (up to vLLM's own float32 rounding at the cut: ``top_p.py``).
+that the masks agree (up to vLLM's own float32 rounding at the cut: ``top_p.py``). Then a
+seeded request's draw at one position (the coupled rule draws one per position, as plain
+decoding does): vLLM's CPU sampler against the plugin's draw (``top_p.sample_top_p``), which
+sorts only where the draw is not certain to be kept; both must give the same token.
 
     LD_PRELOAD=.venv-vllm/lib/libiomp5.so .venv-vllm/bin/python \
         benchmarks/vllm_sampled_verify.py --target .cache/models/SmolLM2-135M-Instruct.Q4_1-*/ \
@@ -53,6 +56,42 @@ def target_rows(target: str, n: int) -> torch.Tensor:
 
 def _median_ms(times: list[float]) -> float:
     return 1e3 * statistics.median(times)
+
+
+def _seeded_draws(pool: torch.Tensor, p: float, repeats: int) -> dict:
+    """Time one seeded position's draw, vLLM's sampler and the plugin's, interleaved, on every
+    row of ``pool`` with its own generator; count the plugin's sorts and any token that
+    differs."""
+    from vllm.v1.sample.ops.topk_topp_sampler import TopKTopPSampler
+
+    from spec_adapters.vllm import sampling_fix, top_p
+
+    sampler, q = TopKTopPSampler(), torch.tensor([p])
+    sorted_rows, real = [], top_p.sample_top_p
+
+    def counting(logits, p, seeds, gumbel_argmax, fallback):
+        return real(logits, p, seeds, gumbel_argmax,
+                    lambda rows, k, q: sorted_rows.append(len(rows)) or fallback(rows, k, q))
+
+    top_p.sample_top_p = counting
+    t = {"vllm": [], "plugin": []}
+    differ = 0
+    try:
+        for rep in range(repeats):
+            for r in range(len(pool)):
+                row = pool[r:r + 1]
+                start = time.perf_counter()
+                theirs, _ = sampler(row.clone(), {0: torch.Generator().manual_seed(rep)}, None,
+                                    q)
+                mid = time.perf_counter()
+                ours = sampling_fix.sample_seeded_top_p(row, q, torch.Generator().manual_seed(rep))
+                t["vllm"].append(mid - start)
+                t["plugin"].append(time.perf_counter() - mid)
+                differ += int(ours[0]) != int(theirs[0])
+    finally:
+        top_p.sample_top_p = real
+    return {"vllm_ms": _median_ms(t["vllm"]), "plugin_ms": _median_ms(t["plugin"]),
+            "sorted": sum(sorted_rows), "draws": len(t["vllm"]), "differ": differ}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -131,10 +170,16 @@ def main(argv: list[str] | None = None) -> int:
                   f"{row['saved_ms']:.2f} |")
     print(f"rows whose kept set differs from vLLM's (within its rounding at the cut): "
           f"{differing}")
+    seeded = _seeded_draws(pool, args.top_p, args.repeats)
+    print(f"a seeded position's draw, median over the {len(pool)} rows x {args.repeats}: "
+          f"vLLM's sampler {seeded['vllm_ms']:.2f} ms, the plugin's {seeded['plugin_ms']:.2f} ms "
+          f"(sorted for {seeded['sorted']} of {seeded['draws']} draws; tokens that differ: "
+          f"{seeded['differ']})")
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps({"settings": vars(args) | {"json": str(args.json)},
-                                         "rows": results, "differing_rows": differing},
+                                         "rows": results, "differing_rows": differing,
+                                         "seeded_draw": seeded},
                                         indent=1))
     return 0
 

