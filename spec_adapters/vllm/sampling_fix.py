@@ -108,6 +108,12 @@ class _SeededStep:
     logits: object = field(default=None)
     bonus: object = field(default=None)
 
+    @property
+    def coupled(self) -> dict:
+        """The rows the coupled rule will verify (their generator states): all of them once
+        both their logits and the bonus logits are captured, else none."""
+        return self.states if self.logits is not None and self.bonus is not None else {}
+
 
 _STEP: contextvars.ContextVar[_SeededStep | None] = contextvars.ContextVar(
     "hedgespec_seeded_step", default=None)
@@ -165,7 +171,7 @@ def sample_recovered_tokens(max_spec_len: int, num_draft_tokens: list[int],
         inv_q[i].zero_()
         inv_q[i, support] = inv_q.new_empty(len(support)).exponential_().reciprocal_()
     step = _STEP.get()
-    coupled = {} if step is None else step.states  # their tokens: the coupled rule's (Fix 2)
+    coupled = {} if step is None else step.coupled  # their tokens: the coupled rule's (Fix 2)
     for i in rows:
         if i in coupled:
             inv_q[i].zero_()
@@ -298,7 +304,7 @@ def _seeded_rows_coupled(rejection_sample, sort_everywhere: bool):
                                cu_num_draft_tokens, draft_probs, target_logits,
                                bonus_token_ids, sampling_metadata, *args, **kwargs)
         step = _STEP.get()
-        if step is None or step.logits is None or step.bonus is None:
+        if step is None or not step.coupled:
             return out
         gens, top_k, top_p = (sampling_metadata.generators, sampling_metadata.top_k,
                               sampling_metadata.top_p)
@@ -307,7 +313,7 @@ def _seeded_rows_coupled(rejection_sample, sort_everywhere: bool):
         unsorted = (not sort_everywhere and top_k is None and top_p is not None
                     and sampler.forward == sampler.forward_cpu and not sampler.use_fp64_gumbel)
         offset = 0
-        for i, state in step.states.items():
+        for i, state in step.coupled.items():
             start, n = step.spans[i]
             rows = torch.cat([step.logits[offset:offset + n], step.bonus[i:i + 1]])
             offset += n
