@@ -60,36 +60,33 @@ def _median_ms(times: list[float]) -> float:
 
 def _seeded_draws(pool: torch.Tensor, p: float, repeats: int) -> dict:
     """Time one seeded position's draw, vLLM's sampler and the plugin's, interleaved, on every
-    row of ``pool`` with its own generator; count the plugin's sorts and any token that
-    differs."""
-    from vllm.v1.sample.ops.topk_topp_sampler import TopKTopPSampler
+    row of ``pool`` with its own generator; count any token that differs and, in an untimed
+    second draw with the same seed, the plugin's sorts."""
+    from vllm.v1.sample.ops.topk_topp_sampler import TopKTopPSampler, apply_top_k_top_p
 
     from spec_adapters.vllm import sampling_fix, top_p
 
     sampler, q = TopKTopPSampler(), torch.tensor([p])
-    sorted_rows, real = [], top_p.sample_top_p
+    sorted_rows = []
 
-    def counting(logits, p, seeds, gumbel_argmax, fallback):
-        return real(logits, p, seeds, gumbel_argmax,
-                    lambda rows, k, q: sorted_rows.append(len(rows)) or fallback(rows, k, q))
+    def counted_sort(rows, k, q):
+        sorted_rows.append(len(rows))
+        return apply_top_k_top_p(rows, k, q)
 
-    top_p.sample_top_p = counting
     t = {"vllm": [], "plugin": []}
     differ = 0
-    try:
-        for rep in range(repeats):
-            for r in range(len(pool)):
-                row = pool[r:r + 1]
-                start = time.perf_counter()
-                theirs, _ = sampler(row.clone(), {0: torch.Generator().manual_seed(rep)}, None,
-                                    q)
-                mid = time.perf_counter()
-                ours = sampling_fix.sample_seeded_top_p(row, q, torch.Generator().manual_seed(rep))
-                t["vllm"].append(mid - start)
-                t["plugin"].append(time.perf_counter() - mid)
-                differ += int(ours[0]) != int(theirs[0])
-    finally:
-        top_p.sample_top_p = real
+    for rep in range(repeats):
+        for r in range(len(pool)):
+            row = pool[r:r + 1]
+            start = time.perf_counter()
+            theirs, _ = sampler(row.clone(), {0: torch.Generator().manual_seed(rep)}, None, q)
+            mid = time.perf_counter()
+            ours = sampling_fix.sample_seeded_top_p(row, q, torch.Generator().manual_seed(rep))
+            t["vllm"].append(mid - start)
+            t["plugin"].append(time.perf_counter() - mid)
+            differ += int(ours[0]) != int(theirs[0])
+            seed = torch.randint(0, 2**31, (1,), generator=torch.Generator().manual_seed(rep))
+            top_p.sample_top_p(row, q, seed, torch.ops._C.fused_gumbel_argmax, counted_sort)
     return {"vllm_ms": _median_ms(t["vllm"]), "plugin_ms": _median_ms(t["plugin"]),
             "sorted": sum(sorted_rows), "draws": len(t["vllm"]), "differ": differ}
 
