@@ -487,7 +487,8 @@ class HedgeSpecProposer:
         if self.suffix is not None:
             st.history = buf
         if self._trace is not None:
-            self._write_trace(st, i, len(st.draft), full, prices.costs)
+            played_gain = None if gain is None or i is None else float(gain[i, len(st.draft)])
+            self._write_trace(st, i, len(st.draft), full, prices, played_gain)
         return i, st.draft
 
     def _gains(self, st: RequestState, prices: StepPrices) -> np.ndarray | None:
@@ -499,15 +500,22 @@ class HedgeSpecProposer:
         return st.session.gains(prices.tau, prices.draft_s, prices.fixed_s)
 
     def _write_trace(self, st: RequestState, drafter: int | None, k: int, evaluated: bool,
-                     costs: np.ndarray) -> None:
+                     prices: StepPrices, gain: float | None) -> None:
+        """One line per request per step: what was played and what it was expected to gain
+        (``gain_ms``, the played expert's at the played length; ``None`` without an estimate),
+        at which prices, and the step's clock (``t``, seconds, the same for every row of a
+        step) so that realised step times can be read back."""
         by_drafter = st.session.weights
+        ms = None if prices.tau is None else round(1e3 * prices.tau, 3)
         self._trace.write(json.dumps({
             "req": st.uid, "head": st.head[:8].tolist(), "n": st.n_tokens,
-            "live": len(self.states),
+            "live": len(self.states), "t": self._last_call,
             "drafter": None if drafter is None else self.names[drafter], "k": k,
             "evaluated": evaluated,
-            "costs_ms": np.round(1e3 * costs, 3).tolist(),
+            "costs_ms": np.round(1e3 * prices.costs, 3).tolist(),
             "tau_ms": None if self.tau is None else round(1e3 * self.tau, 3),
+            "tau_used_ms": ms, "draft_ms": round(1e3 * prices.draft_s, 3),
+            "gain_ms": None if gain is None else round(1e3 * gain, 3),
             "weights": dict(zip(self.names, np.round(by_drafter, 4).tolist(), strict=True)),
         }) + "\n")
         self._trace.flush()

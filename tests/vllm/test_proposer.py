@@ -266,10 +266,16 @@ def test_requests_in_one_batch_learn_their_own_drafter(tmp_path):
     while any(r["sampled"] for r in eng.reqs.values()):
         eng.step()
     last: dict[int, dict] = {}
+    steps: dict[float, list[int]] = {}
     for line in trace.read_text().splitlines():
         rec = json.loads(line)
         last[rec["req"]] = rec
+        steps.setdefault(rec["t"], []).append(rec["req"])
+        assert rec["gain_ms"] is None or rec["k"] == 0 or rec["gain_ms"] > 0, rec
     assert len(last) == 6
+    # one line per request per step, the step's clock on each
+    assert all(len(reqs) == len(set(reqs)) for reqs in steps.values())
+    assert max(len(reqs) for reqs in steps.values()) == 6
     for rec in last.values():
         best = max(rec["weights"], key=rec["weights"].get)
         assert best == f"ngram-{kind_of[tuple(rec['head'][:6])]}", rec["weights"]
