@@ -31,9 +31,14 @@ subprocess of the vLLM environment's interpreter (:func:`spec_adapters.app.serve
 the environment of :func:`spec_adapters.app.serve.server_env`;
 :mod:`spec_adapters.app.bench.vllm_worker`): the suffix drafter's memory of the stream must not
 hold an earlier phase's answers to the same prompts (in one engine, the 4-concurrent phase
-reached MAT 4.07 that way), and the warm-up request is half a prompt. One record per (method,
-phase) is appended to ``<out>/records.jsonl`` as soon as its phase ends; a re-run with
-the same settings skips the records there (resumable), a run with other settings is refused.
+reached MAT 4.07 that way), and the warm-up request is half a prompt. With ``repeats``
+(``--repeats``) every (method, phase) runs that many times, interleaved (every method's run
+1, then every method's run 2): phases of one setting a few minutes apart differ by up to ~15%
+on a shared 2-core VM (vLLM plain at 8 in flight, T = 0.7: 99.8 and 116.4 tok/s), so a single
+pair of phases is a ratio of two moments. One record per (method, phase, run) is appended to
+``<out>/records.jsonl`` as soon as its phase ends; a re-run with the same settings skips the
+records there (resumable; more runs may be added later), a run with other settings is
+refused.
 
 Per (method, concurrency) (:func:`summarize_vllm`): tokens/s = all new tokens / the phase's wall
 time; MAT = new tokens / target steps, a request's steps being its new tokens minus its
@@ -129,6 +134,10 @@ class VllmBenchConfig:
     proposer : tuple of (key, value)
         More settings of the proposer's methods (keys of ``$HEDGESPEC_VLLM_CONFIG``, e.g.
         ``(("prior_rounds", 0),)``); not those each method sets (:data:`METHOD_KEYS`).
+    repeats : int
+        Runs of every (method, phase), interleaved: run 1 of every method, then run 2, ...
+        (a machine's speed drifts by several per cent over minutes, so one phase each is a
+        ratio of two moments); the tables pool them and give each run's ratio to plain.
     """
 
     queries_per_domain: int = 5
@@ -142,9 +151,10 @@ class VllmBenchConfig:
     seeded: bool = False
     arrival_rates: tuple[float, ...] = ()
     proposer: tuple[tuple[str, object], ...] = ()
+    repeats: int = 1
 
     def __post_init__(self) -> None:
-        for name in ("queries_per_domain", "max_new_tokens", "k"):
+        for name in ("queries_per_domain", "max_new_tokens", "k", "repeats"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
         cs = tuple(self.concurrencies)
@@ -314,21 +324,23 @@ def run_bench_vllm(target: Path, tokenizer, domains: dict, pool: Path, cfg: Vllm
            "max_num_seqs": max(cfg.concurrencies)}
     phases = [(c, None) for c in cfg.concurrencies] + \
         [(max(cfg.concurrencies), r) for r in cfg.arrival_rates]
-    for m in methods:
-        todo = [(c, r) for c, r in phases if not records.has(m, phase_key(c, r))]
-        if not todo:
-            continue
-        log(f"bench-vllm: {m}, phases {', '.join(phase_key(c, r) for c, r in todo)} "
-            f"({len(prompts)} prompts x {cfg.max_new_tokens} tokens)")
-        spec, settings_m = method_specs(m, names, pool, cache_dir, cfg.k, cfg.seed)
-        if settings_m is not None:
-            settings_m |= dict(cfg.proposer)
-        for c, r in todo:  # a fresh engine per phase: no memory of another phase's answers
-            for rec in _run_engine(python, {**job, "method": m, "speculative_config": spec,
-                                            "engine_args": ENGINE_VARIANTS.get(m, {}),
-                                            "phases": [{"concurrency": c, "rate": r}]},
-                                   settings_m, out, threads):
-                records.add(rec)
+    for run in range(cfg.repeats):  # each run goes through every method: interleaved
+        for m in methods:
+            todo = [(c, r) for c, r in phases if not records.has(m, phase_key(c, r), run)]
+            if not todo:
+                continue
+            log(f"bench-vllm: {m}, phases {', '.join(phase_key(c, r) for c, r in todo)} "
+                f"({len(prompts)} prompts x {cfg.max_new_tokens} tokens"
+                + (f"; run {run + 1} of {cfg.repeats})" if cfg.repeats > 1 else ")"))
+            spec, settings_m = method_specs(m, names, pool, cache_dir, cfg.k, cfg.seed)
+            if settings_m is not None:
+                settings_m |= dict(cfg.proposer)
+            for c, r in todo:  # a fresh engine per phase: no memory of another phase's answers
+                for rec in _run_engine(python, {**job, "method": m, "speculative_config": spec,
+                                                "engine_args": ENGINE_VARIANTS.get(m, {}),
+                                                "phases": [{"concurrency": c, "rate": r}]},
+                                       settings_m, out, threads, run):
+                    records.add({**rec, "run": run})
     records_list = list(records.rows.values())
     summary = summarize_vllm(records_list, exact=cfg.temperature == 0 or cfg.seeded,
                              cap=cfg.max_new_tokens)
@@ -339,7 +351,7 @@ def run_bench_vllm(target: Path, tokenizer, domains: dict, pool: Path, cfg: Vllm
                                 for r in records_list]}, indent=1))
     (out / "tables.md").write_text(markdown(summary))
     plot_vllm(summary, out / "bench_vllm.png")
-    if records.has("plain", "1"):
+    if records.has("plain", "1", 0):
         plot_speedup_vs_repetition([repetition_panel(records_list, "1", cfg.k)],
                                    out / "speedup_vs_repetition.png", REPEAT_THRESHOLD)
     return summary
@@ -347,10 +359,10 @@ def run_bench_vllm(target: Path, tokenizer, domains: dict, pool: Path, cfg: Vllm
 
 def shared_settings(cfg: VllmBenchConfig) -> dict:
     """What every phase of one results folder shares: the prompts, sizes, K and seed (its
-    methods and concurrencies may be added to by later runs; ``seeded`` only when set, so
+    methods, concurrencies and repeats may be added to by later runs; ``seeded`` only when set, so
     folders written before it existed still resume)."""
     return {k: v for k, v in asdict(cfg).items()
-            if k not in ("methods", "concurrencies") and (k != "seeded" or v)}
+            if k not in ("methods", "concurrencies", "repeats") and (k != "seeded" or v)}
 
 
 def _check_suffix(python: Path) -> None:
@@ -365,15 +377,16 @@ def _check_suffix(python: Path) -> None:
                          "torch)")
 
 
-def _run_engine(python: Path, job: dict, proposer: dict | None, out: Path, threads: int):
-    """Run one engine in a subprocess (its output in ``out/logs/<method>.log``); yield the
-    records of the phases it finished, then raise ``RuntimeError`` naming the log if it
-    failed (so that the finished phases are kept)."""
+def _run_engine(python: Path, job: dict, proposer: dict | None, out: Path, threads: int,
+                run: int = 0):
+    """Run one engine in a subprocess (its output in ``out/logs/<method>-<phases>.log``,
+    ``-run<n>`` added for a repeat); yield the records of the phases it finished, then raise
+    ``RuntimeError`` naming the log if it failed (so that the finished phases are kept)."""
     logs = out / "logs"
     logs.mkdir(exist_ok=True)
     log_path = logs / (f"{job['method'].replace(':', '_')}-"
                        + "-".join(phase_key(p["concurrency"], p["rate"]).replace("/", "per")
-                                  for p in job["phases"]) + ".log")
+                                  for p in job["phases"]) + (f"-run{run}" if run else "") + ".log")
     with tempfile.TemporaryDirectory(prefix="hedgespec-bench-vllm-") as tmp:
         job_path, res_path, cfg_path, stats_path = (
             Path(tmp) / n for n in ("job.json", "out.jsonl", "proposer.json", "stats.json"))

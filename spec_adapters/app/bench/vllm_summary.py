@@ -65,11 +65,33 @@ def phase_key(concurrency: int, rate: float | None) -> str:
 
 class VllmRecords(Records):
     """The append-only ``records.jsonl`` of :class:`spec_adapters.app.bench.run.Records`, one
-    record per (method, phase)."""
+    record per (method, phase, run); ``run`` 0 where a record has none."""
 
     @staticmethod
     def key(r: dict) -> tuple:
-        return (r["method"], phase_key(int(r["concurrency"]), r.get("rate")))
+        return (r["method"], phase_key(int(r["concurrency"]), r.get("rate")), r.get("run", 0))
+
+
+def _sum_counts(parts: list[dict]) -> dict:
+    """The numbers of ``parts`` (one dict per run) added up; anything else (the proposer's
+    step model and per-drafter figures) the last run's."""
+    last = parts[-1]
+    return {k: sum(p.get(k, 0) for p in parts)
+            if isinstance(v, int | float) and not isinstance(v, bool) else v
+            for k, v in last.items()}
+
+
+def pool_runs(runs: list[dict]) -> dict:
+    """One (method, phase)'s records of several runs as one: their requests together, their
+    seconds, vLLM's counters and the proposer's counters added up (so tok/s is all tokens over
+    all the runs' time); a single run unchanged."""
+    if len(runs) == 1:
+        return runs[0]
+    return {**runs[-1], "seconds": sum(r["seconds"] for r in runs),
+            "requests": [q for r in runs for q in r["requests"]],
+            "counters": _sum_counts([r.get("counters") or {} for r in runs]),
+            "proposer": _sum_counts([r.get("proposer") or {} for r in runs])
+            if all(r.get("proposer") for r in runs) else {}}
 
 
 def _ms(seconds: float) -> str:
@@ -125,8 +147,9 @@ def summarize_vllm(records: list[dict], exact: bool = True, cap: int | None = No
         ``concurrencies`` and ``phases`` (:func:`phase_key`, the concurrencies first);
         ``methods``: method -> phase -> ``tok_s``, ``mat``, ``s_per_request``, ``requests``,
         ``new_tokens``, ``steps``, ``accepted``, ``drafted``, ``seconds``, ``x_plain``,
-        ``x_ngram``, ``x_suffix``, ``drafted_share``, ``steps_drafted_share``, ``overhead``,
-        ``drafters``
+        ``x_plain_runs`` (each run's ratio to plain's same run where a phase ran several times,
+        :func:`pool_runs`; else ``[]``), ``x_ngram``, ``x_suffix``, ``drafted_share``,
+        ``steps_drafted_share``, ``overhead``, ``drafters``
         (:func:`_drafting`), ``prefix_tok_s`` / ``prefix_share`` / ``prefix_x_plain``
         (:func:`~spec_adapters.app.bench.repetition.prefix_tok_s` over the requests: tokens/s
         on the loop-free prefix of each output, over each request's own time in flight; the
@@ -143,7 +166,11 @@ def summarize_vllm(records: list[dict], exact: bool = True, cap: int | None = No
         goals (:data:`TARGETS`) that the records can answer, each ``name``, ``value``,
         ``goal``, ``met``.
     """
-    by = {VllmRecords.key(r): r for r in records}
+    runs: dict = defaultdict(dict)  # (method, phase) -> run -> record
+    for r in records:
+        m, c, run = VllmRecords.key(r)
+        runs[(m, c)][run] = r
+    by = {mc: pool_runs([rs[n] for n in sorted(rs)]) for mc, rs in runs.items()}
     phases = sorted({c for _m, c in by}, key=lambda c: (c.endswith("/s"), float(c.split("/")[0])))
     methods: dict = defaultdict(dict)
     for (m, c), r in sorted(by.items(), key=lambda x: (_order(x[0][0]), phases.index(x[0][1]))):
@@ -176,11 +203,12 @@ def summarize_vllm(records: list[dict], exact: bool = True, cap: int | None = No
         else:
             row["mismatched"], row["identical"] = [], None
         methods[m][c] = row
-    for rows in methods.values():
+    for m, rows in methods.items():
         for c, row in rows.items():
             base = {ref: methods.get(ref, {}).get(c) for ref in ("plain", "ngram", "suffix")}
             for ref, b in base.items():
                 row[f"x_{ref}"] = _ratio(row["tok_s"], b["tok_s"]) if b else None
+            row["x_plain_runs"] = _run_ratios(runs.get((m, c), {}), runs.get(("plain", c), {}))
             row["prefix_x_plain"] = (_ratio(row["prefix_tok_s"], base["plain"]["prefix_tok_s"])
                                      if base["plain"] else None)
             for key in ("domains", "loops"):
@@ -192,6 +220,16 @@ def summarize_vllm(records: list[dict], exact: bool = True, cap: int | None = No
     return {"concurrencies": [int(c) for c in phases if not c.endswith("/s")],
             "phases": phases, "methods": dict(methods), "domains": domains,
             "targets": _targets(methods)}
+
+
+def _run_ratios(runs: dict, plain: dict) -> list[float]:
+    """Each run's tok/s over plain's in the same run, for the runs both have; ``[]`` for a
+    single run (the pooled ``x_plain`` says it all)."""
+    both = sorted(set(runs) & set(plain))
+    if len(both) < 2:
+        return []
+    return [_stats(runs[n]["requests"], runs[n]["seconds"])["tok_s"]
+            / _stats(plain[n]["requests"], plain[n]["seconds"])["tok_s"] for n in both]
 
 
 def _order(method: str) -> tuple:
@@ -247,10 +285,10 @@ def _phase(c: str) -> str:
 
 
 def markdown(summary: dict) -> str:
-    """Per phase the speed table (tok/s, x plain (all, by whether plain's output loops, on the
-    loop-free prefixes), x ngram, MAT, s / request, the share of request-steps that drafted,
-    the proposer's share of a step, outputs equal to plain) and the per-domain speed-up table,
-    then the targets."""
+    """Per phase the speed table (tok/s, x plain (all runs pooled, each run's beside it where
+    there are several; by whether plain's output loops; on the loop-free prefixes), x ngram,
+    MAT, s / request, the share of request-steps that drafted, the proposer's share of a step,
+    outputs equal to plain) and the per-domain speed-up table, then the targets."""
     st = summary.get("settings", {}).get("bench_vllm", {})
     k, temp = st.get("k"), st.get("temperature", 0.0)
     how = ("greedy" if not temp else f"T = {temp:g}, top-p {TOP_P}"
@@ -272,7 +310,10 @@ def markdown(summary: dict) -> str:
                                if s in loops else "–" for s in LOOP_SCOPES)
             prefix = ("–" if r.get("prefix_x_plain") is None else
                       f"{r['prefix_x_plain']:.2f} ({r['prefix_share']:.0%})")
-            lines.append(f"| {label(m, k)} | {_f(r['tok_s'], '{:.1f}')} | {_f(r['x_plain'])} | "
+            runs = r.get("x_plain_runs") or []
+            x_plain = _f(r["x_plain"]) + (" (runs " + ", ".join(f"{x:.2f}" for x in runs) + ")"
+                                          if runs else "")
+            lines.append(f"| {label(m, k)} | {_f(r['tok_s'], '{:.1f}')} | {x_plain} | "
                          f"{split} | {prefix} | {_f(r['x_ngram'])} | {_f(r['mat'])} | "
                          f"{_f(r['s_per_request'], '{:.1f}')} | "
                          f"{_f(r.get('drafted_share'), '{:.0%}')} | "
@@ -303,14 +344,14 @@ def repetition_panel(records: list[dict], phase: str = "1", k: int | None = None
                      ) -> tuple[str, list[float], dict[str, list[float]]]:
     """What :func:`~spec_adapters.app.bench.plots.plot_speedup_vs_repetition` draws for one
     phase: per prompt the share of ``plain``'s output inside repeated 5-grams and each other
-    method's speed-up over ``plain`` on it (tokens over time in flight).
+    method's speed-up over ``plain`` on it (tokens over time in flight), from the first run.
 
     Raises
     ------
     ValueError
         The phase has no ``plain`` record.
     """
-    by = {VllmRecords.key(r): r for r in records}
+    by = {VllmRecords.key(r)[:2]: r for r in records if r.get("run", 0) == 0}
     if ("plain", phase) not in by:
         raise ValueError(f"no plain record in phase {phase!r}: nothing to compare with")
     plain = {q["qid"]: q for q in by["plain", phase]["requests"]}

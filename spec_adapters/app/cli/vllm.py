@@ -103,9 +103,14 @@ def add_bench_vllm(sub) -> None:
     s.add_argument("--ignore-eos", action="store_true",
                    help="every request runs to --max-new-tokens (a stress setting: the target "
                         "repeats itself past its answer)")
+    s.add_argument("--repeats", type=int_arg(1), default=None,
+                   help="runs of every (method, phase), interleaved (every method's first run, "
+                        "then every method's second, ...); the tables pool them and show each "
+                        "run's x plain (default 1)")
     s.add_argument("--out", type=folder_arg, default=None,
                    help="results folder (default results/bench-vllm-PRESET); phases of "
-                        "other methods or concurrencies on the same prompts add to it")
+                        "other methods or concurrencies, and more repeats, on the same "
+                        "prompts add to it")
 
 
 def vllm_bench_of(args: argparse.Namespace, target: Path, tok, domains: dict, cfg, out: Path
@@ -207,7 +212,7 @@ def cmd_bench_vllm(args: argparse.Namespace) -> int:
               "max_new_tokens": args.max_new_tokens, "concurrencies": args.concurrencies,
               "methods": args.methods, "arrival_rates": args.arrival_rates,
               "temperature": args.temperature, "stop_at_eos": False if args.ignore_eos else None,
-              "seeded": args.seeded or None, "k": args.k,
+              "seeded": args.seeded or None, "k": args.k, "repeats": args.repeats,
               "proposer": tuple(args.proposer_settings.items())
               if args.proposer_settings is not None else None}
     try:

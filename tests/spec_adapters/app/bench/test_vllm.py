@@ -413,17 +413,85 @@ def test_config_rejects_bad_sizes_and_the_quick_preset_is_the_briefs():
         VllmBenchConfig(max_new_tokens=0)
 
 
-def test_records_resume_by_method_and_concurrency(tmp_path):
+def test_records_resume_by_method_concurrency_and_run(tmp_path):
     path = tmp_path / "records.jsonl"
     recs = VllmRecords(path)
     for r in _records()[:3]:
         recs.add(r)
+    recs.add({**_records()[0], "run": 1})
     with open(path, "a") as fh:
         fh.write('{"method": "cut')  # a line cut by an interruption
     again = VllmRecords(path)
-    assert again.has("plain", "1") and again.has("hedgespec", "1") \
-        and not again.has("plain", "4")
+    assert again.has("plain", "1", 0) and again.has("hedgespec", "1", 0) \
+        and not again.has("plain", "4", 0)
+    assert again.has("plain", "1", 1) and not again.has("hedgespec", "1", 1)
     assert json.loads(path.read_text().splitlines()[0])["method"] == "plain"
+
+
+def _two_runs() -> list[dict]:
+    """_records at concurrency 1 twice: in run 1 plain is twice as slow, HedgeSpec the same."""
+    first = [r for r in _records() if r["concurrency"] == 1]
+    second = [{**r, "run": 1, "seconds": 2 * r["seconds"] if r["method"] == "plain"
+               else r["seconds"]} for r in first]
+    return first + second
+
+
+def test_repeated_phases_pool_tokens_and_time_and_keep_each_runs_ratio():
+    """Plain 16 tokens in 4 s then in 8 s, HedgeSpec in 1 s twice: pooled 32 / 12 against
+    32 / 2 tok/s; the runs' own ratios 4 and 8."""
+    s = summarize_vllm(_two_runs())
+    h, p = s["methods"]["hedgespec"]["1"], s["methods"]["plain"]["1"]
+    assert p["tok_s"] == pytest.approx(32 / 12) and p["requests"] == 4
+    assert h["tok_s"] == pytest.approx(16.0) and h["x_plain"] == pytest.approx(6.0)
+    assert h["x_plain_runs"] == pytest.approx([4.0, 8.0])
+    assert h["identical"] is True
+    assert "| 6.00 (runs 4.00, 8.00) |" in markdown(s)
+    one = summarize_vllm(_two_runs()[:3])  # one run: no per-run column
+    assert one["methods"]["hedgespec"]["1"]["x_plain_runs"] == []
+    assert "(runs" not in markdown(one)
+    changed = _two_runs()
+    changed[-1]["requests"] = [{**q, "tokens": [*q["tokens"][:-1], 99]}
+                               for q in changed[-1]["requests"]]
+    assert summarize_vllm(changed)["methods"]["hedgespec"]["1"]["identical"] is False
+
+
+def test_repeats_run_every_method_once_per_round_and_resume(tmp_path, monkeypatch, pool):
+    """--repeats 2: plain, hedgespec, plain, hedgespec (interleaved); asked again for 3, only
+    the third round runs, and the folder's settings still match."""
+    from dataclasses import replace
+
+    from transformers import LlamaConfig
+
+    from spec_adapters.app.bench import vllm as bench_vllm
+
+    target = tmp_path / "target"
+    LlamaConfig(vocab_size=64, hidden_size=8, intermediate_size=8, num_hidden_layers=1,
+                num_attention_heads=1).save_pretrained(target)
+    tok = type("Tok", (), {"chat_template": None,
+                           "__call__": lambda self, text: {"input_ids": [1, 2, 3]}})()
+    domains = {"math": SimpleNamespace(prompts=["p"])}
+    order = []
+
+    def engine(python, job, proposer, out, threads, run=0):
+        order.append((job["method"], run))
+        plain = job["method"] == "plain"
+        yield {"method": job["method"], "concurrency": 1, "rate": None,
+               "seconds": 2.0 if plain else 1.0,
+               "requests": [_req("math/0", "math", [5, 6, 7, 8], 1.0, 0 if plain else 2)]}
+
+    monkeypatch.setattr(bench_vllm, "find_vllm_python", lambda: Path("python"))
+    monkeypatch.setattr(bench_vllm, "_run_engine", engine)
+    cfg = VllmBenchConfig(queries_per_domain=1, max_new_tokens=4, concurrencies=(1,),
+                          methods=("plain", "hedgespec"), repeats=2)
+    out = tmp_path / "out"
+    bench_vllm.run_bench_vllm(target, tok, domains, pool, cfg, out, cache_dir=tmp_path)
+    assert order == [("plain", 0), ("hedgespec", 0), ("plain", 1), ("hedgespec", 1)]
+    s = bench_vllm.run_bench_vllm(target, tok, domains, pool, replace(cfg, repeats=3), out,
+                                  cache_dir=tmp_path)
+    assert order[4:] == [("plain", 2), ("hedgespec", 2)]
+    assert s["methods"]["hedgespec"]["1"]["x_plain_runs"] == pytest.approx([2.0] * 3)
+    with pytest.raises(ValueError, match="repeats must be >= 1"):
+        VllmBenchConfig(repeats=0)
 
 
 def test_an_out_folder_of_other_settings_is_refused(tmp_path):
@@ -510,7 +578,7 @@ def test_a_folder_takes_more_methods_and_concurrencies_on_the_same_prompts():
 
     full, targets = PRESETS["full"], PRESETS["targets"]
     assert shared_settings(targets) == shared_settings(full)  # one folder can hold both
-    assert shared_settings(replace(full, concurrencies=(1,), methods=("ucbspec",))) \
+    assert shared_settings(replace(full, concurrencies=(1,), methods=("ucbspec",), repeats=3)) \
         == shared_settings(full)
     assert shared_settings(replace(full, queries_per_domain=3)) != shared_settings(full)
     for other in ({"temperature": 0.7}, {"stop_at_eos": False},
