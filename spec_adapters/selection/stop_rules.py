@@ -103,6 +103,19 @@ class StopRules:
         # the running product is nonincreasing, so the kept positions are a prefix
         return kept.sum(axis=2)
 
+    def length(self, confidence: np.ndarray, r: int) -> int:
+        """One drafter's draft length under rule ``r`` alone: :meth:`lengths`'s entry for
+        one ``(K,)`` row of confidences, without its arrays (what a round that is not scored
+        needs: the played rule's cut, once per request per step)."""
+        theta, cap = float(self.theta[r]), int(self.cap[r])
+        running, k = 1.0, 0
+        for c in confidence[:cap].tolist():
+            running *= c
+            if c != c or running < theta:  # NaN: nothing drafted from here
+                break
+            k += 1
+        return k
+
     def losses(self, length_losses: np.ndarray, lengths: np.ndarray) -> np.ndarray:
         """The loss of every ``(drafter, rule)`` expert, ``(N R,)``: expert ``(i, r)`` gets the
         loss of ``(i, lengths[i, r])``.

@@ -29,8 +29,19 @@ def test_a_rule_keeps_the_prefix_whose_running_confidence_holds_up_to_its_cap():
             while want < min(cap, 4) and not np.isnan(row[want]) and running[want] >= theta:
                 want += 1
             assert got[i, r] == want, (i, rules.describe(r))
+            assert rules.length(row, r) == want, (i, rules.describe(r))  # one rule alone
     assert got[0].tolist() == [0, 1, 2, 3, 3, 1, 2, 2, 2]
     assert rules.describe(0) == "k<=0" and rules.describe(6) == "conf>=0.5,k<=2"
+
+
+def test_one_rules_length_is_the_tables_entry_on_random_confidences():
+    rng = np.random.default_rng(0)
+    rules = StopRules(5, (0.0, 0.2, 0.5, 0.8))
+    for _ in range(200):
+        conf = rng.choice([0.0, 0.3, 0.6, 0.9, 1.0, NAN], size=(3, 5))
+        got = rules.lengths(conf)
+        assert all(rules.length(conf[i], r) == got[i, r]
+                   for i in range(3) for r in range(len(rules)))
 
 
 def test_threshold_zero_alone_is_the_draft_length_family():
