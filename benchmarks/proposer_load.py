@@ -10,7 +10,11 @@ step model the proposer fitted under load on the 2-core EPYC: a ~ 41 ms, b ~ 2.6
 the proposer's clocks, prices and feedback budget see steps of the right length. Prints, per
 B, the proposer's ms a step, its share of the step, and where it goes (ms a step)::
 
-    .venv/bin/python benchmarks/proposer_load.py --pool ~/.cache/hedgespec/pool/<target id>
+    .venv/bin/python benchmarks/proposer_load.py --pool .cache/pool/<target id>
+
+``--records results/<folder>/records.jsonl`` continues vLLM plain's outputs of a
+``bench-vllm`` run instead (held-out answers: drafts accepted as in the benchmark, most rows
+abstaining at high load, as they do there).
 """
 
 from __future__ import annotations
@@ -39,6 +43,17 @@ def continuations(pool: Path, length: int = 180, per_domain: int = 12) -> list[l
         raise SystemExit(f"{pool} holds no distilled answers (answers-*.npz): pass a pool "
                          "folder built by `make demo` or `hedgespec train-drafters`")
     return out
+
+
+def served_outputs(records: Path, length: int = 80) -> list[list[int]]:
+    """vLLM plain's outputs of at least ``length`` tokens in a ``bench-vllm`` results folder's
+    ``records.jsonl`` (its first record of plain): held-out answers, so the drafts are accepted
+    as often as in the benchmark, and most rows abstain under load as they do there."""
+    for line in records.read_text().splitlines():
+        rec = json.loads(line)
+        if rec["method"] == "plain":
+            return [HEAD + q["tokens"] for q in rec["requests"] if len(q["tokens"]) >= length]
+    raise SystemExit(f"{records} holds no record of vLLM plain")
 
 
 def run(prop, streams: list[list[int]], batch: int, steps: int, step_s: float,
@@ -97,6 +112,9 @@ def main() -> None:
 
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--pool", type=Path, required=True, help="a drafter pool folder")
+    p.add_argument("--records", type=Path, default=None,
+                   help="continue vLLM plain's outputs in this bench-vllm records.jsonl "
+                        "instead of the pool's distilled answers")
     p.add_argument("--batches", default="1,4,16,32", help="requests in flight, one run each")
     p.add_argument("--steps", type=int, default=150)
     p.add_argument("--step-ms", default="41,2.6", help="a, b: an engine step is a + b B ms")
@@ -105,7 +123,7 @@ def main() -> None:
     p.add_argument("--out", type=Path, default=None, help="a JSON file for the results")
     args = p.parse_args()
     a, b = (float(x) for x in args.step_ms.split(","))
-    streams = continuations(args.pool)
+    streams = served_outputs(args.records) if args.records else continuations(args.pool)
     results = []
     for batch in (int(x) for x in args.batches.split(",")):
         prop = HedgeSpecProposer.standalone(
