@@ -13,9 +13,10 @@ Dinkelbach linearisation of :mod:`spec_adapters.selection.costs` drafting ``k`` 
 ``A_i(k)`` the tokens it gets accepted (``AL_i(k) - 1``, point masses: the matched prefix,
 exact under greedy decoding, unbiased at a temperature), ``D_i(k) = min(k, |draft_i|)`` the
 tokens it drafts and ``f_i`` the price of drafting at all with drafter ``i``: its own proposal
-time plus the request's share of the step's price of speculating, ``c / B``
-(:class:`~spec_adapters.selection.costs.StepTimeModel`); a drafter whose expected gain does not
-cover them is not run. ``A`` and ``D`` are means over the request's *evaluated* rounds
+time; a drafter whose expected gain does not cover it is not run. (The step's price of
+speculating at all, ``c`` of :class:`~spec_adapters.selection.costs.StepTimeModel`, is paid once
+by a step in which any row drafts: the vLLM proposer weighs it against the step's rows' gains
+together.) ``A`` and ``D`` are means over the request's *evaluated* rounds
 (every drafter's draft scored on a coin drawn before the outcome, so an unbiased sample),
 shrunk towards the stream's means with the weight of ``m`` rounds (``prior_rounds``): a
 request that starts mid-stream decides from the stream's evidence at once instead of
@@ -92,7 +93,7 @@ def expected_gains(accepted: np.ndarray, drafted: np.ndarray, tau: float,
         second row may cost nothing and a third most of a step).
     fixed_s : float or numpy.ndarray, default 0
         Seconds that drafting at all costs (``k > 0``), for every drafter or ``(N,)`` one
-        each: proposal time, the share of the step's price of speculating.
+        each: proposal time.
     """
     extra = draft_s * drafted if np.ndim(draft_s) == 0 else \
         np.interp(drafted, np.arange(len(draft_s)), draft_s)

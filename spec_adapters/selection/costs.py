@@ -301,10 +301,6 @@ class StepTimeModel:
         _a, br, bd, _c = self.coefficients()
         return max(br, bd)
 
-    def speculation_seconds(self, n_requests: int) -> float:
-        """One request's share of the price of speculating at all, ``c / B``."""
-        return self.coefficients()[3] / max(int(n_requests), 1)
-
     def expert_costs(self, n_requests: int, max_k: int) -> np.ndarray:
         """``c(k) = a / B + b_R + b_D k + (c / B) [k > 0]`` for ``k = 0 .. K``: one
         request's share of a step of ``B = n_requests`` requests when it drafts ``k`` tokens

@@ -31,6 +31,10 @@ Keys (all optional)::
                                            # (0: from uniform, the paper)
      "probe": 0.1,                         # share of the rounds that abstain (no draft
                                            # pays) still scored with every drafter
+     "explore_steps": 0.05,                # share of decode steps in which no row drafts,
+                                           # so that the step-time fit sees steps with and
+                                           # without drafts at the same load (it tells the
+                                           # price of speculating at all from a plain step's)
      "step_costs": null,                   # {"step_s", "row_s", "draft_s"[, "spec_s"]}:
                                            # a fixed step-time model instead of the
                                            # learned one
@@ -82,6 +86,7 @@ class ProposerConfig:
     feedback_budget: float = 0.02
     prior_rounds: int = 8
     probe: float = 0.1
+    explore_steps: float = 0.05
     step_costs: tuple[float, ...] | None = None
     drafting_price: bool = True
     stats: str | None = None
@@ -117,6 +122,9 @@ class ProposerConfig:
         pr = self.probe
         if isinstance(pr, bool) or not isinstance(pr, int | float) or not 0 <= pr <= 1:
             bad(f"probe must be a number in [0, 1], got {pr!r}")
+        ex = self.explore_steps
+        if isinstance(ex, bool) or not isinstance(ex, int | float) or not 0 <= ex < 1:
+            bad(f"explore_steps must be a number in [0, 1), got {ex!r}")
         sc = self.step_costs
         if sc is not None and not (isinstance(sc, tuple) and len(sc) in (3, 4) and all(
                 isinstance(x, int | float) and not isinstance(x, bool) and 0 <= x < float("inf")

@@ -40,8 +40,14 @@ token costs the whole batch ``b_D`` and an accepted one saves it ``tau`` (its se
 token), so the learner's draft is cut to the longest length whose expected accepted tokens
 (the request's counterfactual acceptance, shrunk to the stream's) pay ``b_D`` per drafted
 token, and a request none of whose experts pays drafts nothing and skips the counterfactual
-drafting of that round (but for a ``probe`` share). When no row's draft pays, the step is a
-plain step. ``"step_costs"`` pins the model instead of learning it.
+drafting of that round (but for a ``probe`` share). The price of speculating at all, ``c``, is
+the step's, paid once whichever rows draft: the step drafts only when its rows' best expected
+gains, added up, cover it; else it is a plain step (a per-row share ``c / B`` undercharges a
+step where only some rows draft, and under load those are most steps). At a steady load
+nearly every step drafts, so nothing tells ``c`` from the plain step's ``a``: a share
+``explore_steps`` of the decode steps (5%, by the proposer's own seeded coin) drafts nothing,
+and the fit sees both kinds of step at the same load. ``"step_costs"`` pins the model instead
+of learning it (and nothing is explored).
 
 Prior from the stream (``prior_rounds``, NormalHedge). A request's learner starting uniform
 over ``N (K + 1)`` experts spends its first rounds exploring, which at high concurrency is
@@ -225,6 +231,7 @@ class HedgeSpecProposer:
                              self.n_experts if self._policy_spec == "normalhedge" else None)
         self.stats = ProposerStats(self.names, config.stats)
         self.rate = TokenRate(alpha=0.2)  # the batch's seconds per generated token
+        self.step_rng = np.random.default_rng([config.seed, 1])  # exploring steps' coins
         self.step_s: float | None = None  # seconds per engine step (EMA)
         self.drafting_s: float | None = None  # every drafter drafting for one row (EMA)
         self.propose_s = np.full(len(drafters), np.nan)  # each drafter's proposal (EMA)
@@ -297,21 +304,36 @@ class HedgeSpecProposer:
             self.step_s = _ema(self.step_s, seconds)
         prices = self._prices(max(len(live), 1))
         evaluate = self.evaluation_probability(len(live))
-        out, played = [], []
-        for row in rows:
-            if row is None:
-                out.append([])
-                continue
-            st, buf, _sampled = row
-            self._feed(st, buf, _sampled)
-            drafter, draft = self._draft(st, buf, prices, evaluate)
-            out.append(draft)
-            played.append((drafter, len(draft)))
+        for st, buf, sampled in live:
+            self._feed(st, buf, sampled)
+        gains = [self._gains(st, prices) for st, _buf, _sampled in live]
+        quiet = not self._step_drafts(gains, decode=not prefill)
+        made = {st.uid: self._draft(st, buf, prices, evaluate, gain, quiet)
+                for (st, buf, _sampled), gain in zip(live, gains, strict=True)}
+        out = [[] if row is None else made[row[0].uid][1] for row in rows]
+        played = [(drafter, len(draft)) for drafter, draft in made.values()]
         self._forget_idle(claimed)
         if live:
             self.stats.step(seconds, time.perf_counter() - entered, played,
                             self.step_time.coefficients())
         return out
+
+    def _step_drafts(self, gains: list[np.ndarray | None], decode: bool) -> bool:
+        """May any row of this step draft? Not in an exploring step (a share
+        ``explore_steps`` of the decode steps, by the proposer's own coin, where the step model
+        is learned and the policy cost-aware: the fit then sees steps without drafts at the
+        load of the others and can tell the price of speculating at all, ``c``, from a plain
+        step's ``a``); otherwise, where every row's gains are known, only when their best
+        positive gains together cover ``c``, which the step pays once if any row drafts
+        (module docstring, "Abstention at load")."""
+        if not self.cost_aware:
+            return True
+        if decode and self.step_time.fixed is None and self.config.explore_steps \
+                and self.step_rng.random() < self.config.explore_steps:
+            return False
+        if not self.config.drafting_price or any(g is None for g in gains):
+            return True
+        return sum(max(float(g.max()), 0.0) for g in gains) > self.step_time.coefficients()[3]
 
     def evaluation_probability(self, n_rows: int) -> float:
         """The chance that a round is evaluated with every drafter's draft (module docstring):
@@ -422,21 +444,20 @@ class HedgeSpecProposer:
         """What a draft costs and gains in this step of ``n_rows`` rows, once per step."""
         costs = self.step_time.expert_costs(n_rows, self.K)
         return StepPrices(costs, self._tau(costs), self.step_time.draft_seconds(),
-                          self._drafting_price(n_rows))
+                          self._drafting_price())
 
-    def _drafting_price(self, n_rows: int) -> np.ndarray | float:
+    def _drafting_price(self) -> np.ndarray | float:
         """Each drafter's price of drafting at all (``f_i`` of
-        :mod:`~spec_adapters.selection.abstention`): its proposal time (EMA; unmeasured: 0)
-        plus the row's share of the step's price of speculating; 0 with ``drafting_price``
-        off. A pinned step model (``step_costs``) is the whole price list: its ``spec_s``
-        alone, no measured time mixed into its seconds."""
-        if not self.config.drafting_price:
+        :mod:`~spec_adapters.selection.abstention`): its proposal time (EMA; unmeasured: 0); 0
+        with ``drafting_price`` off, or with a pinned step model (``step_costs``: the whole
+        price list, no measured time mixed into its seconds). The step's price of speculating
+        at all is weighed once per step (:meth:`_step_drafts`)."""
+        if not self.config.drafting_price or self.step_time.fixed is not None:
             return 0.0
-        share = self.step_time.speculation_seconds(n_rows)
-        return share if self.step_time.fixed is not None else np.nan_to_num(self.propose_s) + share
+        return np.nan_to_num(self.propose_s)
 
-    def _draft(self, st: RequestState, buf: np.ndarray, prices: StepPrices,
-               evaluate: float) -> tuple[int | None, list[int]]:
+    def _draft(self, st: RequestState, buf: np.ndarray, prices: StepPrices, evaluate: float,
+               gain: np.ndarray | None, quiet: bool) -> tuple[int | None, list[int]]:
         """``(drafter, draft)``: the played expert's drafter and draft, cut to the length that
         pays at this load (:mod:`spec_adapters.selection.abstention`; empty: it abstains). With
         probability ``evaluate`` (full-information policies; times ``probe`` where no expert
@@ -445,8 +466,8 @@ class HedgeSpecProposer:
         plays no round at all (drafter ``None``). A bandit policy's round keeps its own draft
         only."""
         K, n, session = self.K, len(buf), st.session
-        gain = self._gains(st, prices)
-        abstain = gain is not None and gain.max() <= 0  # no expert of this request pays
+        # no expert of this request pays, or the step drafts nothing (_step_drafts)
+        abstain = quiet or (gain is not None and gain.max() <= 0)
         full = session.full_information and \
             st.rng.random() < evaluate * (self.config.probe if abstain else 1.0)
         i = None
@@ -455,20 +476,20 @@ class HedgeSpecProposer:
             play = session.play(st.rng)
             i, r = play.drafter, play.option
             start = time.perf_counter()
-            pays = gain is None or gain[i].max() > 0  # some length of drafter i pays
+            pays = not quiet and (gain is None or gain[i].max() > 0)  # a length of i pays
             drafts, confidence, seconds = propose_all(self.drafters, buf, K,
                                                       None if full else (i,) if pays else ())
             ran = ~np.isnan(seconds)
             old = self.propose_s[ran]
             self.propose_s[ran] = np.where(np.isnan(old), seconds[ran],
                                            _ema(old, seconds[ran]))
-            # every drafter's rule lengths where the round is scored, else the played one's
-            lengths = None if not self.rules else \
-                self.rules.lengths(confidence if full else confidence[i:i + 1])
-            k = K if lengths is None else int(lengths[i if full else 0, r])
+            # every drafter's rule lengths where the round is scored, else the played rule's
+            lengths = self.rules.lengths(confidence) if self.rules and full else None
+            k = K if not self.rules else int(lengths[i, r]) if full else \
+                self.rules.length(confidence[i], r)
             if gain is not None:
                 k = paying_k(gain[i], k)
-            k = max(0, min(k, self.max_model_len - n - 1))
+            k = 0 if quiet else max(0, min(k, self.max_model_len - n - 1))
             self.rounds["played"] += 1
             if full:
                 spent = time.perf_counter() - start

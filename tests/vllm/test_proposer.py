@@ -205,6 +205,7 @@ def test_damaged_npz_is_refused_naming_the_file(tmp_path, damage, problem):
     ('{"pool_settings": {"order": 3}}', r"pool_settings: unknown keys \['order'\]"),
     ('{"pool_settings": [3]}', "pool_settings: expected an object, got list"),
     ('{"probe": 1.5}', r"probe must be a number in \[0, 1\]"),
+    ('{"explore_steps": 1}', r"explore_steps must be a number in \[0, 1\)"),
     ('{"step_costs": {"step_s": 0.1}}', "step_costs must have the keys"),
     ('{"step_costs": {"step_s": 0.1, "row_s": -1, "draft_s": 0}}', "finite seconds >= 0"),
     ('{"stats": 3}', "stats must be a file name or null, got 3"),
@@ -414,6 +415,38 @@ def test_where_no_draft_pays_the_proposer_stops_drafting_and_counterfactual_draf
     assert stats["rows_drafted"] == sum(1 for r in recs if r["k"])
     assert stats["steps_drafted"] <= prop.K + 1 < stats["steps"]
     assert stats["step_model"]["draft_s"] == 10.0
+
+
+def test_a_step_drafts_only_where_its_rows_gains_together_pay_for_speculating(tmp_path):
+    """c is the step's, paid once if any row drafts: 4 + 5 ms of gains do not cover 10 ms, 4
+    + 5 + 2 do; a row with no estimate yet, or the price ablated, lets the step draft."""
+    prop = _proposer(tmp_path, step_costs=(0.0, 0.0, 0.0, 0.010))
+    g = [np.array([[0.0, 0.004]]), np.array([[0.0, -0.002], [0.0, 0.005]])]
+    assert not prop._step_drafts(g, decode=True)
+    assert prop._step_drafts([*g, np.array([[0.0, 0.002]])], decode=True)
+    assert prop._step_drafts([*g, None], decode=True)
+    assert _proposer(tmp_path, step_costs=(0.0, 0.0, 0.0, 0.010),
+                     drafting_price=False)._step_drafts(g, decode=True)
+    # end to end: drafts free, speculating at all dearer than any gain: nothing drafted once
+    # the first rounds are scored, and every output still the target's
+    prop, recs, _counters = _run_pool(tmp_path, step_costs=(0.0, 0.0, 0.0, 10.0))
+    by_req: dict[int, list[int]] = {}
+    for r in recs:
+        by_req.setdefault(r["req"], []).append(r["k"])
+    assert all(sum(ks[prop.K + 1:]) == 0 for ks in by_req.values()), by_req
+
+
+def test_a_share_of_decode_steps_explores_without_drafts_where_the_model_is_learned(
+        tmp_path):
+    rich = [np.array([[0.0, 1.0]])]  # a gain that pays whatever c is
+    prop = _proposer(tmp_path, explore_steps=0.2)
+    quiet = sum(not prop._step_drafts(rich, decode=True) for _ in range(2000))
+    assert abs(quiet - 400) < 4 * (2000 * 0.2 * 0.8) ** 0.5  # binomial(2000, 0.2)
+    assert all(prop._step_drafts(rich, decode=False) for _ in range(200))  # prefill steps
+    pinned = _proposer(tmp_path, explore_steps=0.2, step_costs=(0.0, 0.0, 0.0))
+    assert all(pinned._step_drafts(rich, decode=True) for _ in range(200))
+    bandit = _proposer(tmp_path, explore_steps=0.2, policy="exp3spec")
+    assert all(bandit._step_drafts(rich, decode=True) for _ in range(200))
 
 
 def test_where_drafts_are_free_the_proposer_keeps_drafting_its_best_drafter(tmp_path):

@@ -35,7 +35,6 @@ def test_step_model_finds_the_price_of_speculating_at_all():
     """c [D > 0]: a step where any row drafted costs c more, whatever it drafted."""
     model = _fitted(0.02, 0.003, 0.001, c=0.008)
     np.testing.assert_allclose(model.coefficients(), (0.02, 0.003, 0.001, 0.008), rtol=1e-2)
-    assert model.speculation_seconds(4) == pytest.approx(0.002, rel=1e-2)
     costs = model.expert_costs(4, 2)  # the request's share: c / B once it drafts
     np.testing.assert_allclose(np.diff(costs), [0.001 + 0.002, 0.001], rtol=2e-2)
     blind = _fitted(0.02, 0.003, 0.001, c=0.008, speculation_term=False)
