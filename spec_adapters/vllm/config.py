@@ -31,10 +31,12 @@ Keys (all optional)::
                                            # (0: from uniform, the paper)
      "probe": 0.1,                         # share of the rounds that abstain (no draft
                                            # pays) still scored with every drafter
-     "explore_steps": 0.05,                # share of decode steps in which no row drafts,
-                                           # so that the step-time fit sees steps with and
-                                           # without drafts at the same load (it tells the
-                                           # price of speculating at all from a plain step's)
+     "explore_steps": 0.05,                # while fewer recent decode steps than this
+                                           # share drafted nothing, this share of them is
+                                           # made to draft nothing, so that the step-time fit
+                                           # sees steps with and without drafts at the same
+                                           # load (it tells the price of speculating at all
+                                           # from a plain step's)
      "step_costs": null,                   # {"step_s", "row_s", "draft_s"[, "spec_s"]}:
                                            # a fixed step-time model instead of the
                                            # learned one

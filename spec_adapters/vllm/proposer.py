@@ -44,10 +44,11 @@ drafting of that round (but for a ``probe`` share). The price of speculating at 
 the step's, paid once whichever rows draft: the step drafts only when its rows' best expected
 gains, added up, cover it; else it is a plain step (a per-row share ``c / B`` undercharges a
 step where only some rows draft, and under load those are most steps). At a steady load
-nearly every step drafts, so nothing tells ``c`` from the plain step's ``a``: a share
-``explore_steps`` of the decode steps (5%, by the proposer's own seeded coin) drafts nothing,
-and the fit sees both kinds of step at the same load. ``"step_costs"`` pins the model instead
-of learning it (and nothing is explored).
+nearly every step may draft, so nothing tells ``c`` from the plain step's ``a``: while fewer
+than a share ``explore_steps`` (5%) of the recent decode steps drafted nothing, that share of
+them is made to draft nothing (the proposer's own seeded coin), so the fit sees both kinds of
+step at the same load; a load where steps without drafts are common costs nothing.
+``"step_costs"`` pins the model instead of learning it (and nothing is explored).
 
 Prior from the stream (``prior_rounds``, NormalHedge). A request's learner starting uniform
 over ``N (K + 1)`` experts spends its first rounds exploring, which at high concurrency is
@@ -232,6 +233,7 @@ class HedgeSpecProposer:
         self.stats = ProposerStats(self.names, config.stats)
         self.rate = TokenRate(alpha=0.2)  # the batch's seconds per generated token
         self.step_rng = np.random.default_rng([config.seed, 1])  # exploring steps' coins
+        self.quiet = 0.0  # recent decode steps' share without drafts (EMA, the fit's memory)
         self.step_s: float | None = None  # seconds per engine step (EMA)
         self.drafting_s: float | None = None  # every drafter drafting for one row (EMA)
         self.propose_s = np.full(len(drafters), np.nan)  # each drafter's proposal (EMA)
@@ -312,6 +314,9 @@ class HedgeSpecProposer:
                 for (st, buf, _sampled), gain in zip(live, gains, strict=True)}
         out = [[] if row is None else made[row[0].uid][1] for row in rows]
         played = [(drafter, len(draft)) for drafter, draft in made.values()]
+        if not prefill and live:
+            keep = self.step_time.decay
+            self.quiet = keep * self.quiet + (1 - keep) * all(not d for _i, d in made.values())
         self._forget_idle(claimed)
         if live:
             self.stats.step(seconds, time.perf_counter() - entered, played,
@@ -319,17 +324,18 @@ class HedgeSpecProposer:
         return out
 
     def _step_drafts(self, gains: list[np.ndarray | None], decode: bool) -> bool:
-        """May any row of this step draft? Not in an exploring step (a share
-        ``explore_steps`` of the decode steps, by the proposer's own coin, where the step model
-        is learned and the policy cost-aware: the fit then sees steps without drafts at the
-        load of the others and can tell the price of speculating at all, ``c``, from a plain
-        step's ``a``); otherwise, where every row's gains are known, only when their best
-        positive gains together cover ``c``, which the step pays once if any row drafts
-        (module docstring, "Abstention at load")."""
+        """May any row of this step draft? Not in an exploring step (while fewer than a share
+        ``explore_steps`` of the recent decode steps drafted nothing, that share of them by the
+        proposer's own coin, where the step model is learned and the policy cost-aware: the
+        fit then sees steps without drafts at the load of the others and can tell the price of
+        speculating at all, ``c``, from a plain step's ``a``); otherwise, where every row's
+        gains are known, only when their best positive gains together cover ``c``, which the
+        step pays once if any row drafts (module docstring, "Abstention at load")."""
         if not self.cost_aware:
             return True
-        if decode and self.step_time.fixed is None and self.config.explore_steps \
-                and self.step_rng.random() < self.config.explore_steps:
+        explore = self.config.explore_steps
+        if decode and self.step_time.fixed is None and self.quiet < explore \
+                and self.step_rng.random() < explore:
             return False
         if not self.config.drafting_price or any(g is None for g in gains):
             return True

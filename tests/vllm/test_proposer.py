@@ -438,11 +438,14 @@ def test_a_step_drafts_only_where_its_rows_gains_together_pay_for_speculating(tm
 
 def test_a_share_of_decode_steps_explores_without_drafts_where_the_model_is_learned(
         tmp_path):
+    """Forced while the recent share of steps without drafts is below explore_steps."""
     rich = [np.array([[0.0, 1.0]])]  # a gain that pays whatever c is
     prop = _proposer(tmp_path, explore_steps=0.2)
     quiet = sum(not prop._step_drafts(rich, decode=True) for _ in range(2000))
     assert abs(quiet - 400) < 4 * (2000 * 0.2 * 0.8) ** 0.5  # binomial(2000, 0.2)
     assert all(prop._step_drafts(rich, decode=False) for _ in range(200))  # prefill steps
+    prop.quiet = 0.25  # steps without drafts already common: nothing forced
+    assert all(prop._step_drafts(rich, decode=True) for _ in range(200))
     pinned = _proposer(tmp_path, explore_steps=0.2, step_costs=(0.0, 0.0, 0.0))
     assert all(pinned._step_drafts(rich, decode=True) for _ in range(200))
     bandit = _proposer(tmp_path, explore_steps=0.2, policy="exp3spec")
