@@ -36,7 +36,7 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["AcceptanceBook", "expected_gains", "paying_k"]
+__all__ = ["AcceptanceBook", "expected_gains", "paying_k", "step_pays"]
 
 
 class AcceptanceBook:
@@ -100,6 +100,15 @@ def expected_gains(accepted: np.ndarray, drafted: np.ndarray, tau: float,
     gain = tau * accepted - extra - np.reshape(fixed_s, (-1, 1))
     gain[:, 0] = 0.0
     return gain
+
+
+def step_pays(gains: list[np.ndarray], price: float) -> bool:
+    """Whether a batch step should speculate at all: its rows' best expected gains
+    (:func:`expected_gains`, each row's ``(N, K + 1)``; not drafting is 0) added up exceed
+    ``price``, the step's price of speculating, paid once if any row drafts (``c`` of
+    :class:`~spec_adapters.selection.costs.StepTimeModel`; docs/theory.md, "The step's price
+    of speculating at all")."""
+    return sum(max(float(g.max()), 0.0) for g in gains) > price
 
 
 def paying_k(gain: np.ndarray, k: int) -> int:

@@ -100,7 +100,7 @@ import numpy as np
 
 from spec_adapters.drafters.point import PromptLookup, SuffixDraft, propose_all
 from spec_adapters.drafters.pool_folder import load_pool_folder
-from spec_adapters.selection.abstention import paying_k
+from spec_adapters.selection.abstention import paying_k, step_pays
 from spec_adapters.selection.costs import StepTimeModel, TokenRate
 from spec_adapters.selection.policies import bandit_loss, make_policy
 from spec_adapters.selection.session import Play, SelectionSession, Stream
@@ -339,7 +339,7 @@ class HedgeSpecProposer:
             return False
         if not self.config.drafting_price or any(g is None for g in gains):
             return True
-        return sum(max(float(g.max()), 0.0) for g in gains) > self.step_time.coefficients()[3]
+        return step_pays(gains, self.step_time.coefficients()[3])
 
     def evaluation_probability(self, n_rows: int) -> float:
         """The chance that a round is evaluated with every drafter's draft (module docstring):
