@@ -13,7 +13,10 @@ its single-draft steps:
    mass under greedy decoding), checked once here for shape, range and values;
 3. **verify**: the target scores ``[last] + drafts`` in one pass (``p``, ``K + 1`` rows),
    speculative sampling accepts ``n`` drafts and yields one more token, the target's KV cache is
-   cropped past the rejected drafts;
+   cropped past the rejected drafts; a sampled request drawing from its own generator
+   (``Query.coupled``) drafts each drafter's argmax instead and is verified by the coupled
+   rule, drawing each emitted token as ``generate(do_sample=True)`` does, so its output is
+   plain decoding's for that generator;
 4. **evaluate**: every drafter appends the verified tokens (``extend``, keeping its cache in
    sync) and returns its predictions there, warped to the same forms, giving ``gamma``
    (Theorem 1) and ``rho`` per drafter and position, the drafters of each form together
@@ -34,7 +37,7 @@ import torch
 from spec_adapters.core.acceptance import acceptance_probability
 from spec_adapters.core.position_stats import position_stats
 from spec_adapters.core.proposal import PointMass, Proposal, Rows, as_rows, warp
-from spec_adapters.core.sampling import SamplingConfig, speculative_accept
+from spec_adapters.core.sampling import SamplingConfig, coupled_accept, speculative_accept
 from spec_adapters.decoding.loop import GenerateOutput, Query, RoundLoop, Verdict
 from spec_adapters.decoding.schemes import scheme_builder
 from spec_adapters.decoding.settings import PolicySettings
@@ -75,11 +78,13 @@ class ChainScheme:
     """
 
     computes_block_gamma = True  # verify fills Verdict.block_gamma when asked (MetaSD-UCB)
+    couples_seeds = True  # a coupled query drafts argmaxes, verified by the coupled rule
 
     def __init__(self, target: TargetModel, drafters: list[Drafter], k: int) -> None:
         self.target, self.drafters, self.draft_length = target, drafters, k
         self.names = [d.name for d in drafters]
         self._synced: list[int] = []  # verified tokens each drafter has appended
+        self._spare = torch.Generator(device=target.device)  # drafting's, for coupled queries
         # drafters that read target features (EAGLE heads): always extended, with the features
         self.readers = {i for i, d in enumerate(drafters) if _feature_layers(d) is not None}
         if self.readers and target.feature_layers is None:
@@ -97,8 +102,12 @@ class ChainScheme:
 
     def draft(self, i: int, q: Query, k: int) -> Proposal:
         """Drafter ``i`` proposes up to ``k <= K`` tokens (fewer at the context limit or where it
-        abstains); ``k = 0`` asks the drafter nothing (a plain target step)."""
-        if k == 0:
+        abstains); ``k = 0`` asks the drafter nothing (a plain target step). A coupled query
+        drafts point masses and never past its length limit or an EOS token, so that its
+        round draws no more than plain decoding would."""
+        if q.coupled:
+            k = min(k, q.limit - len(q.seq) - 1)
+        if k <= 0:
             return Proposal(torch.zeros(0, dtype=torch.long, device=self.target.device),
                             PointMass(torch.zeros(0, dtype=torch.long, device=self.target.device),
                                       self.target.vocab_size))
@@ -106,8 +115,16 @@ class ChainScheme:
             self._extend(i, torch.tensor(q.seq[self._synced[i]:]), len(q.seq))
         room = self.target.max_length  # >= len(q.seq) + 1: the loop stops at the context
         k = k if room is None else min(k, room - len(q.seq))
-        tokens, dists = self.drafters[i].propose(k, q.sampling, q.gen)
+        # a coupled query's rule verifies point masses (each drafter's argmax), and its
+        # generator is plain decoding's: a drafter that draws even so draws from a spare one
+        sampling, gen = (GREEDY, self._spare) if q.coupled else (q.sampling, q.gen)
+        tokens, dists = self.drafters[i].propose(k, sampling, gen)
         dists = self._check_proposal(i, k, tokens, dists)
+        if q.coupled:  # cut before an EOS: the walk's next draw is plain's draw there
+            eos = next((j for j, t in enumerate(tokens.tolist()) if t in q.eos), None)
+            if eos is not None:
+                tokens = tokens[:eos]
+                dists = PointMass(tokens, self.target.vocab_size)
         return Proposal(tokens.to(self.target.device).long(), dists.to(self.target.device))
 
     def verify(self, draft: Proposal, q: Query) -> Verdict:
@@ -122,7 +139,11 @@ class ChainScheme:
             logits = self.target.verify(last, tokens)
         # p is valid by construction (SamplingConfig.probs), q was checked by draft()
         p = q.sampling.probs(logits)
-        n_accepted, nxt = speculative_accept(p, dists, tokens, q.gen, validate=False)
+        if q.coupled:  # plain decoding's draw per emitted position: generate's multinomial
+            n_accepted, nxt = coupled_accept(p, tokens.tolist(), lambda _, row: int(
+                torch.multinomial(row, 1, generator=q.gen)))
+        else:
+            n_accepted, nxt = speculative_accept(p, dists, tokens, q.gen, validate=False)
         self.target.crop(length + n_accepted)  # cache = new sequence minus its last token
         block = None
         if q.block_gamma:  # MetaSD: the window's mean of gamma_j = sum_x min(p_j, q_j)
@@ -145,10 +166,14 @@ class ChainScheme:
                                     verdict.features)
             return None
         new = torch.tensor(verdict.tokens)
-        if q.sampling.greedy:  # every q a point mass at its argmax: gamma = rho = 1{d = x}
+        if q.sampling.greedy or q.coupled:  # every q a point mass at the drafter's argmax
             drafts = np.stack([self._extend_argmax(i, new, len(q.seq), verdict.features)
                                for i in range(len(self.drafters))])
-            return greedy_stats(drafts, new.numpy())
+            if q.sampling.greedy:  # p too: gamma = rho = 1{d = x}
+                return greedy_stats(drafts, new.numpy())
+            V = self.target.vocab_size  # coupled: gamma = p(d), the coupled rule's acceptance
+            return position_stats(verdict.p, [PointMass(torch.from_numpy(d), V) for d in drafts],
+                                  new.to(verdict.p.device))
         dists = [warp(self._extend(i, new, len(q.seq), verdict.features), q.sampling
                       ).to(verdict.p.device) for i in range(len(self.drafters))]
         return position_stats(verdict.p, dists, new.to(verdict.p.device))

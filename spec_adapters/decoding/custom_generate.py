@@ -12,9 +12,11 @@ loop are forwarded to it. :func:`generate` is such an ``f``::
                          streamer=streamer, return_dict_in_generate=True)
     out.sequences, out.hedgespec_stats
 
-The loop is :class:`spec_adapters.decoding.chain.HedgeSpecDecoder`: the output is distributed
-exactly as plain ``model.generate`` with the same options (greedy: identical). What it cannot
-reproduce exactly is refused with a ``ValueError`` naming the option; see :func:`generate`.
+The loop is :class:`spec_adapters.decoding.chain.HedgeSpecDecoder`: the output is plain
+``model.generate``'s with the same options, token for token greedy and, sampled, for the same
+``torch.manual_seed`` (unless ``seed=`` asks for a run of its own: then distributed as it).
+What it cannot reproduce exactly is refused with a ``ValueError`` naming the option; see
+:func:`generate`.
 
 Importing this module imports neither torch nor transformers; ``spec_adapters.decoding``
 exports :func:`generate` lazily, so ``from spec_adapters.decoding import generate`` does not
@@ -136,9 +138,15 @@ def generate(model, input_ids: torch.LongTensor, logits_processor, stopping_crit
         As :class:`~spec_adapters.decoding.chain.HedgeSpecDecoder` (``K``, the drafter
         selection policy, its loss, the delayed-feedback reduction).
     seed : int, optional
-        Seeds drafting, acceptance and the policy. ``None``: drawn from torch's global
-        generator, so ``torch.manual_seed(s)`` before ``generate()`` makes the call
-        reproducible, as with plain ``generate()``.
+        ``None`` (the default): the draws come from torch's global generator of the model's
+        device (CPU, CUDA), as plain ``generate()``'s do, so a sampled run emits exactly plain
+        ``generate()``'s tokens after the same ``torch.manual_seed(s)`` (the coupled rule:
+        each emitted token is ``torch.multinomial`` of its warped row on that generator, the
+        drafts only decide how many one verification pass emits; the target's rows agree up to
+        float rounding, as greedy) and leaves the generator where plain ``generate()`` would.
+        An integer: a run of its own, reproducible, drafts sampled from the drafters' ``q``
+        and verified by speculative sampling (its law is ``generate()``'s, its tokens not).
+        Draft trees (EAGLE heads) always run so, their seed drawn from the global generator.
     **model_kwargs
         The model inputs ``generate()`` prepared: an attention mask without padding, position
         ids, an empty cache (HedgeSpec keeps its own); anything else is refused.
@@ -177,14 +185,19 @@ def generate(model, input_ids: torch.LongTensor, logits_processor, stopping_crit
         _check_options(input_ids, generation_config, synced_gpus, drafters, model_kwargs)
         temperature, top_k, top_p = _sampling(logits_processor, bool(generation_config.do_sample))
         _check_criteria(stopping_criteria)
-        if seed is None:
-            seed = int(torch.randint(0, 2**63 - 1, (1,)))
         eos = generation_config.eos_token_id
         decoder = HedgeSpecDecoder(model, drafters, draft_length=draft_length, policy=policy,
                                    loss=loss, delay=delay)
+        # unseeded: draw from torch's own generator, as plain generate() does, so that the
+        # sample equals plain generate()'s after the same torch.manual_seed
+        generator = None
+        if seed is None and getattr(decoder.scheme, "couples_seeds", False):
+            generator = _global_generator(decoder.target.device)
+        if generator is None and seed is None:
+            seed = int(torch.randint(0, 2**63 - 1, (1,)))
         out = decoder.generate(
             input_ids, max_new_tokens=max(0, generation_config.max_length - input_ids.shape[1]),
-            temperature=temperature, top_p=top_p, top_k=top_k, seed=seed,
+            temperature=temperature, top_p=top_p, top_k=top_k, seed=seed, generator=generator,
             eos_token_id=[] if eos is None else eos, streamer=stream)
     finally:
         if stream is not None:
@@ -193,6 +206,20 @@ def generate(model, input_ids: torch.LongTensor, logits_processor, stopping_crit
     if generation_config.return_dict_in_generate:
         return HedgeSpecGenerateOutput(sequences=sequences, hedgespec_stats=out.stats)
     return sequences
+
+
+def _global_generator(device) -> torch.Generator | None:
+    """torch's default generator of ``device`` (what plain ``generate()`` samples with), or
+    ``None`` for a device type without one here."""
+    import torch
+
+    device = torch.device(device)
+    if device.type == "cpu":
+        return torch.default_generator
+    if device.type == "cuda":
+        return torch.cuda.default_generators[torch.cuda.current_device() if device.index is None
+                                             else device.index]
+    return None
 
 
 def _check_options(input_ids, config, synced_gpus, drafters, model_kwargs) -> None:

@@ -135,7 +135,8 @@ class Verdict:
 
 @dataclass
 class Query:
-    """State of one ``generate`` call. Schemes read ``seq``, ``sampling`` and ``gen``."""
+    """State of one ``generate`` call. Schemes read ``seq``, ``sampling``, ``gen`` and
+    ``coupled``."""
 
     seq: list[int]  # the verified sequence, prompt included
     prompt_len: int
@@ -148,6 +149,9 @@ class Query:
     streamer: Any = None
     on_round: Callable[[RoundInfo], None] | None = None
     block_gamma: bool = False  # the scheme's verify fills Verdict.block_gamma (MetaSD-UCB)
+    # generate(generator=...), sampled: point-mass drafts, verified by the coupled rule with
+    # ``gen``'s draws, so the output is plain decoding's for the same generator state
+    coupled: bool = False
     done: bool = False
     rounds: list[RoundInfo] = field(default_factory=list)
     losses: list[tuple[int, list[float]]] = field(default_factory=list)
@@ -180,6 +184,10 @@ class DraftScheme(Protocol):
     computes_block_gamma : bool, optional
         ``True`` if ``verify`` fills :attr:`Verdict.block_gamma` when ``Query.block_gamma``
         (needed by MetaSD-UCB); absent means ``False``.
+    couples_seeds : bool, optional
+        ``True`` if the scheme honours ``Query.coupled`` (a sampled request drawing from its
+        own generator drafts point masses and verifies them by the coupled rule); absent
+        means ``False``: ``generate(generator=...)`` is refused.
     """
 
     target: TargetModel
@@ -297,13 +305,21 @@ class RoundLoop:
     def generate(self, input_ids, max_new_tokens: int = 128, temperature: float = 0.0,
                  top_p: float = 1.0, top_k: int | None = None, seed: int | None = None,
                  eos_token_id: int | list[int] | None = None, streamer=None,
-                 on_round: Callable[[RoundInfo], None] | None = None) -> GenerateOutput:
+                 on_round: Callable[[RoundInfo], None] | None = None,
+                 generator: torch.Generator | None = None) -> GenerateOutput:
         """Generate up to ``max_new_tokens`` tokens after ``input_ids`` (shape ``[1, L]``).
 
         Sampling parameters warp both the target and the drafters (temperature 0 = greedy).
         ``seed`` seeds the torch generator (drafting, acceptance) and the policy's numpy
-        generator, so a sampled generation is reproducible. ``eos_token_id`` defaults to the
-        target's ``generation_config.eos_token_id`` (``[]``: none); generation stops after it.
+        generator, so a sampled generation is reproducible. ``generator`` instead (e.g.
+        ``torch.default_generator``) makes a sampled generation *plain decoding's sample* from
+        that generator: drafts are point masses (each drafter's argmax) verified by the coupled
+        rule (:func:`~spec_adapters.core.sampling.coupled_accept`), whose one draw per emitted
+        position is ``torch.multinomial(p, 1, generator=generator)``, transformers'
+        ``generate(do_sample=True)`` draw; so the tokens equal ``generate``'s from the same
+        generator state (the target's rows agree up to float rounding, as greedy) and the
+        generator ends where ``generate`` leaves it. ``eos_token_id`` defaults to the target's
+        ``generation_config.eos_token_id`` (``[]``: none); generation stops after it.
         The total length never exceeds the target's context. ``streamer`` gets ``put(prompt)``,
         then ``put(tokens)`` once per round, then ``end()`` (transformers' streamer protocol).
         ``on_round(info)`` is called once per round with a :class:`RoundInfo`. The oracle
@@ -319,7 +335,10 @@ class RoundLoop:
             ``input_ids`` not a 2-D integer tensor, batch size > 1 (not supported yet), empty
             prompt, token ids out of range, prompt longer than the target's context,
             ``max_new_tokens < 0``, ``temperature < 0``, bad ``top_p`` / ``top_k``, ``seed``
-            or ``eos_token_id``, ``on_round`` not callable; a drafter's proposal malformed.
+            or ``eos_token_id``, ``on_round`` not callable; ``generator`` not a torch
+            generator, on another device than the target, given with ``seed``, with the
+            oracle or with a scheme that does not couple (draft trees); a drafter's proposal
+            malformed.
         """
         prompt = self._check_prompt(input_ids)
         if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int | np.integer) \
@@ -327,6 +346,7 @@ class RoundLoop:
             raise ValueError(f"max_new_tokens must be an integer >= 0, got {max_new_tokens!r}")
         sampling = SamplingConfig(temperature, top_p, top_k)
         seed = check_seed(seed)
+        self._check_generator(generator, seed)
         if eos_token_id is None:
             config = getattr(self.target.model, "generation_config", None)
             eos_token_id = getattr(config, "eos_token_id", None)
@@ -336,21 +356,25 @@ class RoundLoop:
         limit = prompt.numel() + int(max_new_tokens)
         if self.target.max_length is not None:
             limit = min(limit, self.target.max_length)
+        coupled = generator is not None and not sampling.greedy
 
         def query(policy, streamer, on_round) -> Query:
             session = SelectionSession(
                 policy, len(self.scheme.names), self.draft_length,
                 loss="time" if self.cost_aware else self.loss, corrected=not sampling.greedy,
                 first_position=prompt.numel())
-            gen = torch.Generator(device=self.target.device)
-            if seed is None:
-                gen.seed()
-            else:
-                gen.manual_seed(seed)
+            gen = generator
+            if gen is None:
+                gen = torch.Generator(device=self.target.device)
+                if seed is None:
+                    gen.seed()
+                else:
+                    gen.manual_seed(seed)
             return Query(seq=prompt.tolist(), prompt_len=prompt.numel(), limit=limit, eos=eos,
                          sampling=sampling, gen=gen, rng=np.random.default_rng(seed),
                          session=session, streamer=streamer, on_round=on_round,
-                         block_gamma=self.block_gamma, done=prompt.numel() >= limit)
+                         block_gamma=self.block_gamma, coupled=coupled,
+                         done=prompt.numel() >= limit)
 
         if self.oracle:
             n = len(self.scheme.names)
@@ -362,6 +386,27 @@ class RoundLoop:
             self.policy.reset()
         out, _ = self._decode(query(self.policy, streamer, on_round))
         return out
+
+    def _check_generator(self, generator, seed: int | None) -> None:
+        """``generator`` is ``None`` or a torch generator on the target's device, not given
+        with ``seed`` (two sources of the same draws), with the oracle (whose runs would each
+        advance it) or with a scheme that cannot verify by the coupled rule."""
+        if generator is None:
+            return
+        if not isinstance(generator, torch.Generator):
+            raise ValueError(f"generator must be a torch.Generator, got "
+                             f"{type(generator).__name__}")
+        if seed is not None:
+            raise ValueError("pass seed or generator, not both: each names the request's draws")
+        if self.oracle:
+            raise ValueError("the oracle decodes once per drafter, each run drawing afresh: "
+                             "pass seed, not generator")
+        if not getattr(self.scheme, "couples_seeds", False):
+            raise ValueError(f"{type(self.scheme).__name__} does not verify by the coupled rule "
+                             "(plain decoding's draws): pass seed, not generator")
+        if generator.device.type != torch.device(self.target.device).type:
+            raise ValueError(f"generator is on {generator.device}, the target on "
+                             f"{self.target.device}")
 
     # ------------------------------------------------------------------------------------
     # the loop

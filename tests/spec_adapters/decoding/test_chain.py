@@ -165,6 +165,83 @@ def test_sampling_is_reproducible_with_a_seed(models):
     assert runs[0] != runs[2]
 
 
+def _plain_sample(target, ids, n, seed, temperature, top_p, top_k):
+    torch.manual_seed(seed)
+    out = target.generate(ids, do_sample=True, max_new_tokens=n, temperature=temperature,
+                          top_p=top_p, top_k=top_k or 0, pad_token_id=0)
+    return out, torch.rand(4)  # what the generator draws next, after the run
+
+
+@pytest.mark.parametrize(("policy", "warp"), [
+    ("normalhedge", {"temperature": 1.0, "top_p": 1.0, "top_k": None}),
+    ("normalhedge", {"temperature": 0.7, "top_p": 0.9, "top_k": 20}),
+    ("exp3spec", {"temperature": 0.7, "top_p": 1.0, "top_k": None}),
+])
+def test_a_generator_run_is_plain_generates_sample_token_for_token(policy, warp):
+    """generate(generator=g): the coupled rule's draws are generate(do_sample=True)'s, so the
+    tokens equal plain generate's after torch.manual_seed, and g ends where generate leaves
+    torch's generator; drafts are accepted (speculation happens)."""
+    target, drafters = pool(vocab_size=96, peak=30.0)  # peaked: the copies' argmax often kept
+    pool_ = [*drafters, UnigramDrafter(torch.linspace(0, 3, 96))]  # it draws even when greedy
+    dec = HedgeSpecDecoder(target, pool_, draft_length=3, policy=policy)
+    accepted = 0
+    for i, ids in enumerate(_prompts(4, seed=21)):
+        n = 17 + 5 * i
+        plain, after = _plain_sample(target, ids, n, seed=100 + i, **warp)
+        gen = torch.Generator().manual_seed(100 + i)
+        out = dec.generate(ids, max_new_tokens=n, generator=gen, **warp)
+        assert out.sequences.tolist() == plain.tolist(), (policy, warp, i)
+        assert torch.equal(torch.rand(4, generator=gen), after)
+        accepted += sum(out.stats["accepted"])
+    assert accepted > 10
+
+
+def test_a_generator_run_stops_at_eos_where_plain_generate_does():
+    """An EOS drawn mid-round ends the output and the draws exactly where plain's end (a
+    draft is cut before an EOS; no round draws past the length limit)."""
+    target, drafters = pool(vocab_size=96, peak=30.0)
+    dec = HedgeSpecDecoder(target, drafters, draft_length=4, policy="fixed:2")
+    warp = {"temperature": 0.8, "top_p": 1.0, "top_k": None}
+    for i, ids in enumerate(_prompts(3, seed=4)):
+        free, _ = _plain_sample(target, ids, 30, seed=i, **warp)
+        new = free[0, ids.shape[1]:].tolist()
+        eos = next(t for j, t in enumerate(new) if j >= 6 and t not in new[:j])
+        torch.manual_seed(i)
+        plain = target.generate(ids, do_sample=True, max_new_tokens=30, eos_token_id=eos,
+                                pad_token_id=0, **{**warp, "top_k": 0})
+        after = torch.rand(4)
+        gen = torch.Generator().manual_seed(i)
+        out = dec.generate(ids, max_new_tokens=30, eos_token_id=eos, generator=gen, **warp)
+        assert out.sequences.tolist() == plain.tolist() and out.sequences[0, -1] == eos
+        assert torch.equal(torch.rand(4, generator=gen), after)
+        assert max(out.stats["accepted"]) > 0
+
+
+def test_a_seeded_run_is_not_plain_generates_sample(models):
+    """The control: seed= runs speculative sampling with its own draws (the law is plain's,
+    the tokens are not), so the comparison above can fail."""
+    target, drafters = models
+    dec = HedgeSpecDecoder(target, drafters, draft_length=3)
+    ids = torch.tensor([[1, 8, 9]])
+    plain, _ = _plain_sample(target, ids, 30, seed=5, temperature=1.0, top_p=1.0, top_k=None)
+    out = dec.generate(ids, max_new_tokens=30, temperature=1.0, seed=5)
+    assert out.sequences.tolist() != plain.tolist()
+
+
+def test_bad_generators_are_refused_by_name(models):
+    target, drafters = models
+    ids = torch.tensor([[1, 8, 9]])
+    dec = HedgeSpecDecoder(target, drafters, draft_length=3)
+    with pytest.raises(ValueError, match=r"generator must be a torch\.Generator"):
+        dec.generate(ids, max_new_tokens=4, temperature=1.0, generator=7)
+    with pytest.raises(ValueError, match="seed or generator, not both"):
+        dec.generate(ids, max_new_tokens=4, temperature=1.0, seed=1,
+                     generator=torch.Generator())
+    oracle = HedgeSpecDecoder(target, drafters, draft_length=3, policy="oracle")
+    with pytest.raises(ValueError, match="oracle"):
+        oracle.generate(ids, max_new_tokens=4, temperature=1.0, generator=torch.Generator())
+
+
 def test_stats_account_for_every_round(models):
     target, drafters = models
     dec = HedgeSpecDecoder(target, drafters, draft_length=4, policy="normalhedge")
