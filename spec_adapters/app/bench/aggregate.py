@@ -177,16 +177,17 @@ def aggregate(records: list[dict], pool, cfg: BenchConfig, routes: dict | None =
     return {"main": main, "table1": table1, "ratios": ratios, "variant": variant_tab,
             "poolsize": poolsize, "regret": regret_curves(records, pool, cfg),
             "stream_thirds": stream_thirds(records), "drafters": pool.names,
-            "greedy_identical": greedy_identical(by_q)}
+            "greedy_identical": identical(by_q, greedy=True),
+            **({"sampled_identical": identical(by_q, greedy=False)} if cfg.seeded else {})}
 
 
-def greedy_identical(by_q: dict) -> dict[str, list[int]]:
-    """Per method of the greedy main stream: ``[queries whose output equals the target's
-    (``model.generate``) token for token, queries compared]``."""
+def identical(by_q: dict, greedy: bool) -> dict[str, list[int]]:
+    """Per method of the greedy (or sampled) main stream: ``[queries whose output equals the
+    target's (``model.generate``) token for token, queries compared]``."""
     out: dict[str, list[int]] = defaultdict(lambda: [0, 0])
     for (_qid, temp), rows_q in by_q.items():
         ref = rows_q.get("target", {}).get("tokens")
-        if temp != 0.0 or ref is None:
+        if (temp == 0.0) != greedy or ref is None:
             continue
         for m, r in rows_q.items():
             if m != "target" and "tokens" in r:

@@ -75,6 +75,12 @@ class BenchConfig:
     poolsize_queries_per_domain : int
     overhead : bool
         Table 2 micro-measurements.
+    seeded : bool
+        Sampled single-draft HedgeSpec methods draw from a generator seeded as the target's
+        ``model.generate`` run of the same prompt (``generate(generator=...)``, the coupled
+        rule), so their sampled tokens equal the target's, checked as greedy ones are;
+        otherwise they run speculative sampling with the prompt's seed (the target's law,
+        other tokens).
     seed : int
         Stream order and per-query seeds.
     """
@@ -99,6 +105,7 @@ class BenchConfig:
     poolsize_queries_per_domain: int = 1
     poolsize_policies: tuple[str, ...] = ("normalhedge", "exp3spec")
     overhead: bool = True
+    seeded: bool = False
     seed: int = 0
 
     def __post_init__(self) -> None:

@@ -280,6 +280,7 @@ def run_bench(model, tokenizer, pool, domains: dict, cfg: BenchConfig, out_dir,
     ValueError
         ``out_dir`` holds records of a run with other settings.
     """
+    import torch
     from tqdm.auto import tqdm
 
     from spec_adapters.app.domains import chat_ids
@@ -354,7 +355,9 @@ def run_bench(model, tokenizer, pool, domains: dict, cfg: BenchConfig, out_dir,
                     decoders[method] = decoder([_fixed_drafter(pool, method[6:])], "fixed:0")
                 else:
                     decoders[method] = decoder(pool.drafters, method)
-            rec |= run_decoder(decoders[method], ids, cfg.max_new_tokens, temp, seed)
+            draws = {"generator": torch.Generator().manual_seed(seed)} \
+                if cfg.seeded and temp > 0 else {"seed": seed}  # model.generate's, or its own
+            rec |= run_decoder(decoders[method], ids, cfg.max_new_tokens, temp, **draws)
         rec["cpu_seconds"] = time.process_time() - cpu0
         records.add(rec)
     overhead = _overheads(model, tokenizer, pool, domains, cfg, out) if cfg.overhead else {}

@@ -105,10 +105,12 @@ def markdown_tables(summary: dict, methods: Sequence[str] = MAIN_ORDER) -> str:
                          + " | ".join(_f(v.get(d, {}).get("mat")) for d in domains) + " |")
         lines.append("")
     lines += speed_tables(summary, methods)
-    if summary.get("greedy_identical"):
-        same = summary["greedy_identical"]
-        lines += ["Greedy output identical to `model.generate` (queries): "
-                  + ", ".join(f"{LABELS.get(m, m)} {a}/{n}" for m, (a, n) in same.items()), ""]
+    for key, what in (("greedy_identical", "Greedy output"),
+                      ("sampled_identical", "Sampled output (seeded, the same draws)")):
+        if summary.get(key):
+            lines += [f"{what} identical to `model.generate` (queries): "
+                      + ", ".join(f"{LABELS.get(m, m)} {a}/{n}"
+                                  for m, (a, n) in summary[key].items()), ""]
     if summary.get("ratios"):
         keys = list(dict.fromkeys(k for r in summary["ratios"].values() for k in r))
         lines += ["### HedgeSpec (NormalHedge) ratios on the mixed stream", "",

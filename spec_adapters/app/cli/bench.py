@@ -88,6 +88,12 @@ def add_bench(sub) -> None:
                         "transformers: 0.0 (the greedy stream, always run) and at most one "
                         "sampling temperature (default: the preset's, 0.0,0.7; 0.0 alone "
                         "skips the sampled stream)")
+    s.add_argument("--seeded", action="store_true",
+                   help="transformers: sampled HedgeSpec runs draw as model.generate does with "
+                        "the prompt's seed (the coupled rule: argmax drafts), so their tokens "
+                        "equal the target's, reported beside the greedy equality; default: "
+                        "speculative sampling with drafts sampled from the drafters (the "
+                        "target's law, other tokens)")
     s.add_argument("--methods", type=names_arg(METHODS), default=None,
                    help=f"--engine llamacpp: some of {','.join(METHODS)} (default all; plain "
                         "needed)")
@@ -148,7 +154,8 @@ def bench_config(args: argparse.Namespace) -> BenchConfig:
     return with_overrides(PRESETS[args.preset], queries_per_domain=args.queries_per_domain,
                           max_new_tokens=args.max_new_tokens, draft_length=args.draft_length,
                           fixed=args.fixed, compile_target=args.compile,
-                          temperature=temperature, sampled_queries_per_domain=sampled)
+                          temperature=temperature, sampled_queries_per_domain=sampled,
+                          seeded=getattr(args, "seeded", False) or None)
 
 
 def _bench_llamacpp(args: argparse.Namespace) -> int:

@@ -491,3 +491,20 @@ def test_cost_aware_method_builds_the_cost_aware_decoder(run):
     plain = _decoder(model, pool.drafters, 3, "normalhedge")
     assert not plain.cost_aware and plain.policy.n == len(pool.drafters)
     assert _decoder(model, pool.drafters, 3, "metasd-ucb").block_gamma
+
+
+def test_seeded_sampled_runs_equal_the_targets_sample(run, tmp_path):
+    """``seeded``: the sampled HedgeSpec runs draw as ``model.generate`` did with the prompt's
+    seed, so their tokens are the target's, counted and printed as the greedy equality is."""
+    model, tok, pool, domains, _, _ = run
+    cfg = BenchConfig(queries_per_domain=1, sampled_queries_per_domain=1, max_new_tokens=12,
+                      draft_length=3, policies=(), temperature=0.9,
+                      sampled_policies=("normalhedge-cost", "normalhedge", "exp3spec"),
+                      hf_lookup=False, fixed=False, variant_queries_per_domain=0,
+                      router_accuracy_prompts=0, pool_sizes=(), overhead=False, seeded=True)
+    summary = run_bench(model, tok, pool, domains, cfg, tmp_path, progress=False)
+    same = summary["sampled_identical"]
+    assert set(same) == {"normalhedge-cost", "normalhedge", "exp3spec"}
+    assert all(a == n == len(DOMS) for a, n in same.values()), same
+    assert "Sampled output (seeded, the same draws) identical" in markdown_tables(summary)
+    assert "sampled_identical" not in run[5]  # the module's run: unseeded
