@@ -93,7 +93,8 @@ def add_bench(sub) -> None:
                         "the prompt's seed (the coupled rule: argmax drafts), so their tokens "
                         "equal the target's, reported beside the greedy equality; default: "
                         "speculative sampling with drafts sampled from the drafters (the "
-                        "target's law, other tokens)")
+                        "target's law, other tokens); llama.cpp's sampled runs always draw "
+                        "with the prompt's seed")
     s.add_argument("--methods", type=names_arg(METHODS), default=None,
                    help=f"--engine llamacpp: some of {','.join(METHODS)} (default all; plain "
                         "needed)")
