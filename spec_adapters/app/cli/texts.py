@@ -29,7 +29,7 @@ COMMAND_TEXTS: dict[str, tuple[str, str]] = {
         "a killed run resumes where it stopped. Writes <out>/<target-id>/ "
         "(answers-<domain>.npz + manifest.json with the target's fingerprint). The repository "
         "ships the default target's set in data/distilled (about 45 min on 2 cores; "
-        "Gemma-3-270M took 54 min)."),
+        "Gemma-3-270M took 40-54 min)."),
     "train-drafters": (
         "build the drafter pool into the cache",
         "One n-gram specialist per domain, an n-gram generalist on the mix, prompt lookup, "
