@@ -136,7 +136,7 @@ class Verdict:
 @dataclass
 class Query:
     """State of one ``generate`` call. Schemes read ``seq``, ``sampling``, ``gen`` and
-    ``coupled``."""
+    ``coupled`` (a coupled query's drafts also stop before ``limit`` and any ``eos``)."""
 
     seq: list[int]  # the verified sequence, prompt included
     prompt_len: int
