@@ -14,16 +14,14 @@ its single-draft steps:
 3. **verify**: the target scores ``[last] + drafts`` in one pass (``p``, ``K + 1`` rows),
    speculative sampling accepts ``n`` drafts and yields one more token, the target's KV cache is
    cropped past the rejected drafts; a sampled request drawing from its own generator
-   (``Query.noise``) drafts by the exponential race against the very noise plain decoding
-   will draw at each position (:mod:`spec_adapters.core.race`) and is verified by the coupled
-   rule, each emitted token ``generate(do_sample=True)``'s draw, so its output is plain
-   decoding's for that generator;
+   (``Query.coupled``) drafts each drafter's argmax instead and is verified by the coupled
+   rule, drawing each emitted token as ``generate(do_sample=True)`` does, so its output is
+   plain decoding's for that generator;
 4. **evaluate**: every drafter appends the verified tokens (``extend``, keeping its cache in
    sync) and returns its predictions there, warped to the same forms, giving ``gamma``
    (Theorem 1) and ``rho`` per drafter and position, the drafters of each form together
    (greedy: ``gamma = rho = 1{d = x}`` from each drafter's argmax ``d``, nothing of the
-   vocabulary's size; a coupled query: the same, ``d`` each drafter's race winner against the
-   noise each verified token was drawn with).
+   vocabulary's size).
 
 Bandit policies (EXP3Spec, UCBSpec) and ``fixed:<i>`` skip step 4: they only need the chosen
 drafter's accepted length, and a drafter catches up on the verified tokens lazily when next
@@ -39,7 +37,6 @@ import torch
 from spec_adapters.core.acceptance import acceptance_probability
 from spec_adapters.core.position_stats import position_stats
 from spec_adapters.core.proposal import PointMass, Proposal, Rows, as_rows, warp
-from spec_adapters.core.race import NoiseCursor, race
 from spec_adapters.core.sampling import SamplingConfig, coupled_accept, speculative_accept
 from spec_adapters.decoding.loop import GenerateOutput, Query, RoundLoop, Verdict
 from spec_adapters.decoding.schemes import scheme_builder
@@ -81,14 +78,13 @@ class ChainScheme:
     """
 
     computes_block_gamma = True  # verify fills Verdict.block_gamma when asked (MetaSD-UCB)
-    couples_seeds = True  # a coupled query drafts race winners, verified by the coupled rule
+    couples_seeds = True  # a coupled query drafts argmaxes, verified by the coupled rule
 
     def __init__(self, target: TargetModel, drafters: list[Drafter], k: int) -> None:
         self.target, self.drafters, self.draft_length = target, drafters, k
         self.names = [d.name for d in drafters]
         self._synced: list[int] = []  # verified tokens each drafter has appended
-        self.races = [bool(getattr(d, "races", False)) for d in drafters]
-        self._spare = torch.Generator(device=target.device)  # coupled: non-racers' draws
+        self._spare = torch.Generator(device=target.device)  # drafting's, for coupled queries
         # drafters that read target features (EAGLE heads): always extended, with the features
         self.readers = {i for i, d in enumerate(drafters) if _feature_layers(d) is not None}
         if self.readers and target.feature_layers is None:
@@ -107,11 +103,9 @@ class ChainScheme:
     def draft(self, i: int, q: Query, k: int) -> Proposal:
         """Drafter ``i`` proposes up to ``k <= K`` tokens (fewer at the context limit or where it
         abstains); ``k = 0`` asks the drafter nothing (a plain target step). A coupled query
-        drafts each position's race winner against plain decoding's noise there (a point
-        mass, given the noise) and never past its length limit or an EOS token, so that its
+        drafts point masses and never past its length limit or an EOS token, so that its
         round draws no more than plain decoding would."""
         if q.coupled:
-            q.noise.sync()
             k = min(k, q.limit - len(q.seq) - 1)
         if k <= 0:
             return Proposal(torch.zeros(0, dtype=torch.long, device=self.target.device),
@@ -121,12 +115,16 @@ class ChainScheme:
             self._extend(i, torch.tensor(q.seq[self._synced[i]:]), len(q.seq))
         room = self.target.max_length  # >= len(q.seq) + 1: the loop stops at the context
         k = k if room is None else min(k, room - len(q.seq))
-        tokens, dists = self.drafters[i].propose(k, *self._randomness(i, q))
+        # a coupled query's rule verifies point masses (each drafter's argmax), and its
+        # generator is plain decoding's: a drafter that draws even so draws from a spare one
+        sampling, gen = (GREEDY, self._spare) if q.coupled else (q.sampling, q.gen)
+        tokens, dists = self.drafters[i].propose(k, sampling, gen)
         dists = self._check_proposal(i, k, tokens, dists)
         if q.coupled:  # cut before an EOS: the walk's next draw is plain's draw there
             eos = next((j for j, t in enumerate(tokens.tolist()) if t in q.eos), None)
-            tokens = tokens if eos is None else tokens[:eos]
-            dists = PointMass(tokens, self.target.vocab_size)
+            if eos is not None:
+                tokens = tokens[:eos]
+                dists = PointMass(tokens, self.target.vocab_size)
         return Proposal(tokens.to(self.target.device).long(), dists.to(self.target.device))
 
     def verify(self, draft: Proposal, q: Query) -> Verdict:
@@ -142,7 +140,8 @@ class ChainScheme:
         # p is valid by construction (SamplingConfig.probs), q was checked by draft()
         p = q.sampling.probs(logits)
         if q.coupled:  # plain decoding's draw per emitted position: generate's multinomial
-            n_accepted, nxt = coupled_accept(p, tokens.tolist(), lambda _, row: q.noise.sample(row))
+            n_accepted, nxt = coupled_accept(p, tokens.tolist(), lambda _, row: int(
+                torch.multinomial(row, 1, generator=q.gen)))
         else:
             n_accepted, nxt = speculative_accept(p, dists, tokens, q.gen, validate=False)
         self.target.crop(length + n_accepted)  # cache = new sequence minus its last token
@@ -153,8 +152,7 @@ class ChainScheme:
                 acceptance_probability(p[:n], dists, validate=False).sum()) / self.draft_length
         return Verdict(n_accepted, [*tokens[:n_accepted].tolist(), int(nxt)], p[:n_accepted + 1],
                        None if feats is None else feats[:n_accepted + 1],
-                       drafted=int(tokens.numel()), block_gamma=block,
-                       noise=torch.stack(q.noise.spent) if q.coupled else None)
+                       drafted=int(tokens.numel()), block_gamma=block)
 
     def evaluate(self, verdict: Verdict, q: Query, counterfactual: bool
                  ) -> tuple | None:
@@ -168,31 +166,20 @@ class ChainScheme:
                                     verdict.features)
             return None
         new = torch.tensor(verdict.tokens)
-        if q.sampling.greedy:  # every q and p a point mass: gamma = rho = 1{argmax = x}
+        if q.sampling.greedy or q.coupled:  # every q a point mass at the drafter's argmax
             drafts = np.stack([self._extend_argmax(i, new, len(q.seq), verdict.features)
                                for i in range(len(self.drafters))])
-            return greedy_stats(drafts, new.numpy())
+            if q.sampling.greedy:  # p too: gamma = rho = 1{d = x}
+                return greedy_stats(drafts, new.numpy())
+            V = self.target.vocab_size  # coupled: gamma = p(d), the coupled rule's acceptance
+            return position_stats(verdict.p, [PointMass(torch.from_numpy(d), V) for d in drafts],
+                                  new.to(verdict.p.device))
         dists = [warp(self._extend(i, new, len(q.seq), verdict.features), q.sampling
                       ).to(verdict.p.device) for i in range(len(self.drafters))]
-        if q.coupled:  # given the noise each token was drawn with, q and p are point masses too
-            drafts = np.stack([(race(d, verdict.noise) if self.races[i] else d.argmax()
-                                ).cpu().numpy() for i, d in enumerate(dists)])
-            return greedy_stats(drafts, new.numpy())
         return position_stats(verdict.p, dists, new.to(verdict.p.device))
 
     def stats(self) -> dict:
         return {}
-
-    def _randomness(self, i: int, q: Query
-                    ) -> tuple[SamplingConfig, torch.Generator | NoiseCursor]:
-        """What drafter ``i`` drafts with: the query's warp and generator; for a coupled query
-        (whose generator is plain decoding's and must not move) plain decoding's noise, read
-        ahead, where the drafter races, else its argmax, drawing from a spare generator."""
-        if not q.coupled:
-            return q.sampling, q.gen
-        if self.races[i]:
-            return q.sampling, q.noise.cursor()
-        return GREEDY, self._spare
 
     def _extend(self, i: int, tokens: torch.LongTensor, synced: int, features=None
                 ) -> torch.Tensor | Rows:

@@ -142,8 +142,7 @@ def generate(model, input_ids: torch.LongTensor, logits_processor, stopping_crit
         device (CPU, CUDA), as plain ``generate()``'s do, so a sampled run emits exactly plain
         ``generate()``'s tokens after the same ``torch.manual_seed(s)`` (the coupled rule:
         each emitted token is ``torch.multinomial`` of its warped row on that generator, the
-        drafts, raced against that noise read ahead, only decide how many one verification
-        pass emits; the target's rows agree up to
+        drafts only decide how many one verification pass emits; the target's rows agree up to
         float rounding, as greedy) and leaves the generator where plain ``generate()`` would.
         An integer: a run of its own, reproducible, drafts sampled from the drafters' ``q``
         and verified by speculative sampling (its law is ``generate()``'s, its tokens not).

@@ -41,7 +41,6 @@ from typing import Any, Protocol
 import numpy as np
 import torch
 
-from spec_adapters.core.race import PlainNoise
 from spec_adapters.core.sampling import SamplingConfig
 from spec_adapters.decoding.settings import PolicySettings
 from spec_adapters.hf.target import TargetModel
@@ -118,9 +117,6 @@ class Verdict:
         Only when ``Query.block_gamma``: the chosen drafter's mean ``gamma_j = sum_x min(p_j,
         q_j)`` over the round's window of ``K`` positions (a position it did not draft counts
         0), MetaSD-UCB's feedback; else ``None``.
-    noise : torch.Tensor or None
-        A coupled query: ``(len(tokens), V)``, the exponentials each token was drawn with
-        (:class:`~spec_adapters.core.race.PlainNoise`); else ``None``.
     """
 
     accepted: int
@@ -129,21 +125,18 @@ class Verdict:
     features: torch.Tensor | None = None
     drafted: int | None = None
     block_gamma: float | None = None
-    noise: torch.Tensor | None = None
 
     def head(self, m: int) -> Verdict:
-        """The first ``m`` tokens (the loop's EOS / length cut), rows of ``p``, features and
-        noise."""
+        """The first ``m`` tokens (the loop's EOS / length cut), rows of ``p`` and features."""
         feats = None if self.features is None else self.features[:m]
-        noise = None if self.noise is None else self.noise[:m]
         return Verdict(self.accepted, self.tokens[:m], self.p[:m], feats, self.drafted,
-                       self.block_gamma, noise)
+                       self.block_gamma)
 
 
 @dataclass
 class Query:
     """State of one ``generate`` call. Schemes read ``seq``, ``sampling``, ``gen`` and
-    ``noise`` (a coupled query's drafts also stop before ``limit`` and any ``eos``)."""
+    ``coupled`` (a coupled query's drafts also stop before ``limit`` and any ``eos``)."""
 
     seq: list[int]  # the verified sequence, prompt included
     prompt_len: int
@@ -156,20 +149,14 @@ class Query:
     streamer: Any = None
     on_round: Callable[[RoundInfo], None] | None = None
     block_gamma: bool = False  # the scheme's verify fills Verdict.block_gamma (MetaSD-UCB)
-    # generate(generator=...), sampled: ``gen``'s draws read ahead; drafts race against them
-    # and the coupled rule verifies them, so the output is plain decoding's for ``gen``
-    noise: PlainNoise | None = None
+    # generate(generator=...), sampled: point-mass drafts, verified by the coupled rule with
+    # ``gen``'s draws, so the output is plain decoding's for the same generator state
+    coupled: bool = False
     done: bool = False
     rounds: list[RoundInfo] = field(default_factory=list)
     losses: list[tuple[int, list[float]]] = field(default_factory=list)
     seconds: dict[str, float] = field(default_factory=lambda: dict.fromkeys(STEPS, 0.0))
     last: dict[str, float] = field(default_factory=lambda: dict.fromkeys(STEPS, 0.0))
-
-    @property
-    def coupled(self) -> bool:
-        """A sampled request drawing from its caller's generator: verified by the coupled
-        rule, whose output is plain decoding's for that generator."""
-        return self.noise is not None
 
     @contextmanager
     def clock(self, step: str) -> Iterator[None]:
@@ -326,11 +313,9 @@ class RoundLoop:
         ``seed`` seeds the torch generator (drafting, acceptance) and the policy's numpy
         generator, so a sampled generation is reproducible. ``generator`` instead (e.g.
         ``torch.default_generator``) makes a sampled generation *plain decoding's sample* from
-        that generator: each position's draft is the winner of the drafter's exponential race
-        against the noise plain decoding will draw there, read ahead from a copy of the
-        generator (:mod:`spec_adapters.core.race`), verified by the coupled rule
-        (:func:`~spec_adapters.core.sampling.coupled_accept`), whose one draw per emitted
-        position is ``torch.multinomial(p, 1, generator=generator)``'s, transformers'
+        that generator: drafts are point masses (each drafter's argmax) verified by the coupled
+        rule (:func:`~spec_adapters.core.sampling.coupled_accept`), whose one draw per emitted
+        position is ``torch.multinomial(p, 1, generator=generator)``, transformers'
         ``generate(do_sample=True)`` draw; so the tokens equal ``generate``'s from the same
         generator state (the target's rows agree up to float rounding, as greedy) and the
         generator ends where ``generate`` leaves it. ``eos_token_id`` defaults to the target's
@@ -388,8 +373,7 @@ class RoundLoop:
             return Query(seq=prompt.tolist(), prompt_len=prompt.numel(), limit=limit, eos=eos,
                          sampling=sampling, gen=gen, rng=np.random.default_rng(seed),
                          session=session, streamer=streamer, on_round=on_round,
-                         block_gamma=self.block_gamma,
-                         noise=self._plain_noise(gen) if coupled else None,
+                         block_gamma=self.block_gamma, coupled=coupled,
                          done=prompt.numel() >= limit)
 
         if self.oracle:
@@ -402,12 +386,6 @@ class RoundLoop:
             self.policy.reset()
         out, _ = self._decode(query(self.policy, streamer, on_round))
         return out
-
-    def _plain_noise(self, generator: torch.Generator) -> PlainNoise:
-        """``generator``'s draws read ahead, in the dtype of the rows plain decoding draws
-        from (:meth:`SamplingConfig.probs`'s for the target's logits)."""
-        dtype = torch.float64 if self.target.model.dtype == torch.float64 else torch.float32
-        return PlainNoise(generator, self.target.vocab_size, dtype)
 
     def _check_generator(self, generator, seed: int | None) -> None:
         """``generator`` is ``None`` or a torch generator on the target's device, not given

@@ -5,9 +5,7 @@ A drafter keeps its own view of the *verified* context. Three verbs (see
 
 - ``start(prompt_ids)``: reset to a new query and prefill the prompt;
 - ``propose(k, sampling, generator)``: draft up to ``k`` tokens from the verified context by
-  sampling from the warped distribution (or, given a
-  :class:`~spec_adapters.core.race.NoiseCursor` for the generator, racing it against plain
-  decoding's noise: :func:`sample_draft` does either), returning a
+  sampling from the warped distribution, returning a
   :class:`~spec_adapters.core.proposal.Proposal`: the tokens and the warped rows ``q`` they were
   drawn from, in their cheapest exact form (a point mass under greedy decoding, a sparse
   mixture for an n-gram at temperature > 0, dense rows for a model); fewer than ``k`` tokens, or
@@ -32,7 +30,6 @@ from typing import TYPE_CHECKING, Protocol, runtime_checkable
 import torch
 
 from spec_adapters.core.proposal import PointMass, Proposal, Rows, cat_rows, draw, warp
-from spec_adapters.core.race import NoiseCursor
 
 if TYPE_CHECKING:
     from spec_adapters.core.sampling import SamplingConfig
@@ -54,11 +51,6 @@ class Drafter(Protocol):
         Shown in stats and benchmarks.
     vocab_size : int
         Length ``V`` of the distributions it returns; must equal the target's.
-    races : bool, optional
-        ``True`` if ``propose`` takes a :class:`~spec_adapters.core.race.NoiseCursor` for its
-        generator (every drafter that drafts through :func:`sample_draft`). A coupled request
-        (``generate(generator=...)``) drafts with plain decoding's noise from such a drafter;
-        from one without it, its argmax (and any draw it makes comes from a spare generator).
     """
 
     name: str
@@ -67,13 +59,12 @@ class Drafter(Protocol):
     def start(self, prompt_ids: torch.LongTensor) -> None:
         """Reset to a new query: prefill the 1-D prompt; cache the next-token logits."""
 
-    def propose(self, k: int, sampling: SamplingConfig,
-                generator: torch.Generator | NoiseCursor | None) -> Proposal:
+    def propose(self, k: int, sampling: SamplingConfig, generator: torch.Generator | None
+                ) -> Proposal:
         """Draft up to ``k`` tokens from the verified context, each sampled from its warped
-        distribution (a :class:`~spec_adapters.core.race.NoiseCursor` generator: each its
-        ``draw(q)``, as :func:`sample_draft` does); return tokens ``(j,)``, ``j <= k``, and
-        those warped rows ``q`` (``j`` rows; ``j < k``: the drafter stopped). Does not commit
-        anything. ``k`` must be an integer >= 1 (``ValueError`` otherwise)."""
+        distribution; return tokens ``(j,)``, ``j <= k``, and those warped rows ``q`` (``j``
+        rows; ``j < k``: the drafter stopped). Does not commit anything. ``k`` must be an
+        integer >= 1 (``ValueError`` otherwise)."""
 
     def extend(self, tokens: torch.LongTensor) -> torch.Tensor | Rows:
         """Append ``m`` verified tokens; return the unwarped predictions of each of them (row
@@ -104,10 +95,7 @@ def sample_draft(k: int, sampling: SamplingConfig, generator: torch.Generator | 
         anything runs).
     sampling : SamplingConfig
         The warping (temperature / top-p / top-k) applied to every row.
-    generator : torch.Generator, NoiseCursor or None
-        Where the draws come from; a :class:`~spec_adapters.core.race.NoiseCursor` (a coupled
-        request) makes ``x_j`` the winner of ``q_j``'s exponential race against plain
-        decoding's noise at position ``j`` instead of a draw.
+    generator : torch.Generator or None
     predict_after : callable
         ``predict_after(drafts)`` returns the prediction of the token after the verified
         context followed by the 1-D ``drafts`` tensor: logits ``(V,)``, an unwarped one-row
@@ -131,8 +119,7 @@ def sample_draft(k: int, sampling: SamplingConfig, generator: torch.Generator | 
         if pred is None:
             break
         q = warp(pred.view(1, -1) if isinstance(pred, torch.Tensor) else pred, sampling)
-        tokens.append(generator.draw(q) if isinstance(generator, NoiseCursor)
-                      else draw(q, generator))
+        tokens.append(draw(q, generator))
         rows.append(q)
     q = cat_rows(rows) if rows else PointMass(torch.zeros(0, dtype=torch.long), vocab_size)
     return Proposal(torch.tensor(tokens, dtype=torch.long), q)

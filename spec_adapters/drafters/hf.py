@@ -39,8 +39,6 @@ class HFDrafter:
         Defaults to the model's ``name_or_path`` (or its class name).
     """
 
-    races = True  # propose drafts through sample_draft: it takes a NoiseCursor
-
     def __init__(self, model, name: str | None = None) -> None:
         self.model = model.eval()
         self.name = name or getattr(model.config, "name_or_path", "") or type(model).__name__
@@ -275,8 +273,6 @@ class StackedHFDrafters:
 
 class _StackedMember:
     """One drafter of a :class:`StackedHFDrafters` group (implements :class:`Drafter`)."""
-
-    races = True  # propose drafts through sample_draft: it takes a NoiseCursor
 
     def __init__(self, group: StackedHFDrafters, index: int, name: str) -> None:
         self.group, self.index, self.name = group, index, name

@@ -103,7 +103,6 @@ class _ContextDrafter:
     """Shared state and verbs of the context drafters: the query's tokens in a growing buffer,
     every prediction a call of the compiled :func:`witten_bell_rows` over it."""
 
-    races = True  # propose drafts through sample_draft: it takes a NoiseCursor
     name: str
     vocab_size: int
     abstain: bool

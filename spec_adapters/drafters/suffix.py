@@ -68,8 +68,6 @@ class SuffixDrafter:
         drafts (reproducible benchmarks; the protocol's "start resets" holds exactly).
     """
 
-    races = True  # propose drafts through sample_draft: it takes a NoiseCursor
-
     def __init__(self, vocab_size: int, *, max_tokens: int | None = None,
                  max_depth: int | None = None, min_match: int = 1, min_prob: float = 0.1,
                  spec_factor: float = 1.0, name: str = "suffix",

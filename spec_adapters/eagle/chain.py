@@ -102,8 +102,6 @@ class HeadDrafter:
     """One head of a :class:`HeadDrafters` group as a chain drafter (see the module
     docstring). ``name``, ``vocab_size`` (the target's), ``feature_layers``."""
 
-    races = True  # propose drafts through sample_draft: it takes a NoiseCursor
-
     def __init__(self, group: HeadDrafters, index: int, name: str) -> None:
         self.group, self.index, self.name = group, index, name
         self.head: EagleHead = group.pool.heads[index]

@@ -90,9 +90,8 @@ def add_bench(sub) -> None:
                         "skips the sampled stream)")
     s.add_argument("--seeded", action="store_true",
                    help="transformers: sampled HedgeSpec runs draw as model.generate does with "
-                        "the prompt's seed (drafts raced against that noise, the coupled "
-                        "rule), so their tokens equal the target's, reported beside the "
-                        "greedy equality; default: "
+                        "the prompt's seed (the coupled rule: argmax drafts), so their tokens "
+                        "equal the target's, reported beside the greedy equality; default: "
                         "speculative sampling with drafts sampled from the drafters (the "
                         "target's law, other tokens); llama.cpp's sampled runs always draw "
                         "with the prompt's seed")
