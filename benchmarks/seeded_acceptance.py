@@ -33,8 +33,6 @@ from pathlib import Path
 import numpy as np
 import torch
 
-HEADS = Path(__file__).resolve().parents[1] / "data" / "heads"
-
 
 def race_coupling(p: torch.Tensor, q: torch.Tensor) -> float:
     """``P(argmax_x p(x)/E(x) = argmax_x q(x)/E(x))``, ``E ~ Exp(1)^V``: the probability that
@@ -57,9 +55,12 @@ def race_coupling(p: torch.Tensor, q: torch.Tensor) -> float:
 
 
 def position_acceptance(p: torch.Tensor, q: torch.Tensor) -> tuple[float, float, float]:
-    """``(p(argmax q), race_coupling(p, q), sum_x min(p, q))`` for one position's rows."""
+    """``(p(argmax q), race_coupling(p, q), sum_x min(p, q))`` for one position's rows (the
+    last by Theorem 1, :func:`~spec_adapters.core.acceptance.acceptance_probability`)."""
+    from spec_adapters.core.acceptance import acceptance_probability
+
     return (float(p[q.argmax()]), race_coupling(p, q),
-            float(torch.minimum(p.double(), q.double()).sum()))
+            float(acceptance_probability(p.double(), q.double(), validate=False)))
 
 
 def measure(args: argparse.Namespace) -> dict:
@@ -69,6 +70,7 @@ def measure(args: argparse.Namespace) -> dict:
 
     from spec_adapters.app.cli.common import pool_config, target_and_domains
     from spec_adapters.app.domains import chat_ids
+    from spec_adapters.app.heads import shipped_heads_folder
     from spec_adapters.app.pool.cache import load_pool
     from spec_adapters.core.proposal import warp
     from spec_adapters.core.sampling import SamplingConfig
@@ -81,7 +83,7 @@ def measure(args: argparse.Namespace) -> dict:
         from spec_adapters.eagle.chain import HeadDrafters
         from spec_adapters.eagle.shipped import load_shipped
 
-        heads = load_shipped(next(p for p in HEADS.iterdir() if p.is_dir()), model)
+        heads = load_shipped(shipped_heads_folder(model, tok), model)
         group = HeadDrafters(list(heads.values()), model, names=[f"eagle-{n}" for n in heads])
         drafters += group.members
         names += [m.name for m in group.members]
@@ -124,15 +126,18 @@ def measure(args: argparse.Namespace) -> dict:
 
 
 def main() -> None:
+    from spec_adapters.app.args import float_arg, int_arg
     from spec_adapters.app.cli.common import add_pool_options, add_target_options
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     add_target_options(ap)
     add_pool_options(ap)
-    ap.add_argument("--per-domain", type=int, default=1, help="held-out prompts per domain")
-    ap.add_argument("--max-new-tokens", type=int, default=96)
-    ap.add_argument("--temperature", type=float, default=0.7)
-    ap.add_argument("--top-p", type=float, default=0.9)
+    ap.add_argument("--per-domain", type=int_arg(1), default=1,
+                    help="held-out prompts per domain")
+    ap.add_argument("--max-new-tokens", type=int_arg(1), default=96)
+    ap.add_argument("--temperature", type=float_arg(0.0, lo_open=True), default=0.7,
+                    help="> 0: greedy keeps every coupling's draft alike")
+    ap.add_argument("--top-p", type=float_arg(0.0, 1.0, lo_open=True), default=0.9)
     ap.add_argument("--heads", action="store_true", help="also the shipped EAGLE heads")
     ap.add_argument("--json", type=Path, default=None)
     args = ap.parse_args()
