@@ -14,6 +14,9 @@ Keys (all optional)::
      "suffix": true,                       # a suffix drafter (after the prompt lookups),
      "suffix_max_tokens": 200000,          # its memory of finished requests, shared by all
                                            # requests (the oldest evicted past the cap)
+     "consensus": true,                    # one more drafter, last: the majority path of
+                                           # the others' drafts (spec_adapters.drafters
+                                           # .point.Consensus); needs two drafters or more
      "policy": "normalhedge",              # hedge | adahedge | exp3spec | ucbspec | fixed:<i>
      "k": 4,                               # K, at most vLLM's num_speculative_tokens
      "cost_aware": true,                   # experts (drafter, stop rule), below; else k = K
@@ -81,6 +84,7 @@ class ProposerConfig:
     prompt_lookup: tuple[int, ...] = (1, 2, 3, 4)
     suffix: bool = True
     suffix_max_tokens: int = 200_000
+    consensus: bool = True
     policy: str = "normalhedge"
     k: int | None = None
     cost_aware: bool = True
@@ -133,7 +137,7 @@ class ProposerConfig:
                 for x in sc)):
             bad(f"step_costs must be an object of finite seconds >= 0 {list(STEP_COSTS)} "
                 f"(spec_s optional), got {sc!r}")
-        for name in ("cost_aware", "suffix", "drafting_price"):
+        for name in ("cost_aware", "suffix", "consensus", "drafting_price"):
             if not isinstance(getattr(self, name), bool):
                 bad(f"{name} must be true or false, got {getattr(self, name)!r}")
         for name in ("pool", "cache_dir", "trace", "stats"):

@@ -98,7 +98,13 @@ from typing import NamedTuple
 
 import numpy as np
 
-from spec_adapters.drafters.point import PromptLookup, SuffixDraft, propose_all
+from spec_adapters.drafters.point import (
+    Consensus,
+    PromptLookup,
+    SuffixDraft,
+    propose_all,
+    solo_seconds,
+)
 from spec_adapters.drafters.pool_folder import load_pool_folder
 from spec_adapters.selection.abstention import paying_k, step_pays
 from spec_adapters.selection.costs import StepTimeModel, TokenRate
@@ -217,6 +223,8 @@ class HedgeSpecProposer:
                 drafters += load_pool_folder(pool, vocab_size, config.pool_settings)
             except ValueError as err:
                 raise ValueError(f"{ENV_VAR} ({config.source}): {err}") from None
+        if config.consensus and len(drafters) > 1:
+            drafters.append(Consensus(drafters))
         self.config, self.K, self.max_model_len = config, k_max, max_model_len
         self.drafters = drafters
         self.names = [d.name for d in drafters]
@@ -454,13 +462,14 @@ class HedgeSpecProposer:
 
     def _drafting_price(self) -> np.ndarray | float:
         """Each drafter's price of drafting at all (``f_i`` of
-        :mod:`~spec_adapters.selection.abstention`): its proposal time (EMA; unmeasured: 0); 0
-        with ``drafting_price`` off, or with a pinned step model (``step_costs``: the whole
-        price list, no measured time mixed into its seconds). The step's price of speculating
-        at all is weighed once per step (:meth:`_step_drafts`)."""
+        :mod:`~spec_adapters.selection.abstention`): its proposal time (EMA; unmeasured: 0),
+        a consensus's with its members' (:func:`solo_seconds`); 0 with ``drafting_price``
+        off, or with a pinned step model (``step_costs``: the whole price list, no measured
+        time mixed into its seconds). The step's price of speculating at all is weighed once
+        per step (:meth:`_step_drafts`)."""
         if not self.config.drafting_price or self.step_time.fixed is not None:
             return 0.0
-        return np.nan_to_num(self.propose_s)
+        return solo_seconds(self.drafters, np.nan_to_num(self.propose_s))
 
     def _draft(self, st: RequestState, buf: np.ndarray, prices: StepPrices, evaluate: float,
                gain: np.ndarray | None, quiet: bool) -> tuple[int | None, list[int]]:

@@ -220,7 +220,7 @@ def test_bad_settings_name_the_problem(tmp_path, text, match):
 def test_k_above_vllm_limit_and_fixed_index_out_of_range_fail_at_setup(tmp_path):
     with pytest.raises(ValueError, match="k=6 exceeds vLLM's num_speculative_tokens=4"):
         _proposer(tmp_path, k=6)
-    with pytest.raises(ValueError, match="fixed:9 is out of range for 5 drafters"):
+    with pytest.raises(ValueError, match="fixed:9 is out of range for 6 drafters"):
         _proposer(tmp_path, policy="fixed:9")
 
 
@@ -332,7 +332,8 @@ def test_suffix_memory_learns_from_finished_requests_and_stays_under_its_cap(tmp
             prop.propose([], np.zeros(0, np.int32), np.zeros((0, 512), np.int32))
         assert prop.suffix.index.n_tokens <= 300
         assert prop.suffix.index.nbytes <= 12 * 300 + 4
-    assert _proposer(tmp_path, suffix=False).names == [f"prompt-lookup-{n}" for n in range(1, 5)]
+    assert _proposer(tmp_path, suffix=False).names == [
+        *(f"prompt-lookup-{n}" for n in range(1, 5)), "consensus"]
 
 
 @pytest.mark.parametrize(("text", "match"), [
@@ -369,12 +370,14 @@ def test_default_pool_is_the_folder_the_application_builds_and_is_loaded(tmp_pat
                                             vocab_size=V, max_k=4, max_model_len=512,
                                             model_folder=str(model_dir))
 
-    assert proposer().names == [*(f"prompt-lookup-{n}" for n in (1, 2, 3, 4)), "suffix"]
+    assert proposer().names == [*(f"prompt-lookup-{n}" for n in (1, 2, 3, 4)), "suffix",
+                                "consensus"]
     write_pool(want, V, {d: [[1, 2, 3, 4]] for d in NGramPoolSettings().domains})
     assert proposer().names[5:] == [*(f"ngram-{d}" for d in NGramPoolSettings().domains),
-                                    "ngram-general"]
-    assert proposer(pool=None).names[-1] == "suffix"
-    assert proposer(cache_dir=str(tmp_path / "elsewhere")).names[-1] == "suffix"
+                                    "ngram-general", "consensus"]
+    assert proposer(pool=None).names[-2:] == ["suffix", "consensus"]
+    assert proposer(cache_dir=str(tmp_path / "elsewhere")).names[-2] == "suffix"
+    assert proposer(consensus=False).names[-1] == "ngram-general"
 
 
 def _run_pool(tmp_path: Path, **settings) -> tuple[HedgeSpecProposer, list[dict], list]:
@@ -541,12 +544,13 @@ def test_bad_stop_rules_name_the_problem(tmp_path, rules):
 def test_stop_rules_set_the_expert_family_and_fixed_plays_the_full_length(tmp_path):
     """(drafter, rule) experts: 1 + 3 K rules with three thresholds; [0] alone is the
     (drafter, k) family; fixed:<i> plays drafter i with its whole draft (no rules)."""
-    prop = _proposer(tmp_path, pool=None, prompt_lookup=(1, 2), suffix=False,
+    prop = _proposer(tmp_path, pool=None, prompt_lookup=(1, 2), suffix=False, consensus=False,
                      stop_rules=(0.0, 0.5, 0.8))
     assert prop.n_experts == 2 * (1 + 3 * prop.K)
-    assert _proposer(tmp_path, pool=None, prompt_lookup=(1, 2), suffix=False,
+    assert _proposer(tmp_path, pool=None, prompt_lookup=(1, 2), suffix=False, consensus=False,
                      stop_rules=(0.0,)).n_experts == 2 * (prop.K + 1)
-    fixed = _proposer(tmp_path, pool=None, prompt_lookup=(1, 2), suffix=False, policy="fixed:1")
+    fixed = _proposer(tmp_path, pool=None, prompt_lookup=(1, 2), suffix=False, consensus=False,
+                      policy="fixed:1")
     assert fixed.rules is None and fixed.n_experts == 2  # the drafters, K tokens each
     fixed.propose([[3]], np.array([21]), np.array([[*range(20), 3] * 2]))
     (st,) = fixed.states.values()

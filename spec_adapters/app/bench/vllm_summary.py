@@ -28,7 +28,8 @@ LEARNERS = ("plain", "ngram", "suffix", "suffix-k", "hedgespec", "exp3spec", "uc
 # HedgeSpec with one of its parts off (the ablation rows): method -> its proposer settings
 ABLATIONS = {"hedgespec-lengths": {"stop_rules": [0.0]},
              "hedgespec-unpriced": {"drafting_price": False},
-             "hedgespec-allscored": {"feedback_budget": 1.0}}
+             "hedgespec-allscored": {"feedback_budget": 1.0},
+             "hedgespec-noconsensus": {"consensus": False}}
 # vLLM plain with other engine arguments (a diagnostic row): method -> its LLM(...) arguments;
 # "plain-sync": the scheduling every speculative method but EAGLE's runs under (vLLM turns its
 # asynchronous scheduling off for them)
@@ -44,7 +45,8 @@ VLLM_LABELS = {"plain": "vLLM plain",
                "hedgespec-unpriced": "HedgeSpec, drafting price off (no c [D > 0], no "
                                      "proposal time)",
                "hedgespec-allscored": "HedgeSpec, label-efficient scoring off (every round "
-                                      "scored)"}
+                                      "scored)",
+               "hedgespec-noconsensus": "HedgeSpec without the consensus drafter"}
 # issue 12's targets: (name, method, reference, concurrency; None = per domain, c = 1), goal
 TARGETS = (("one at a time, x vLLM ngram", "hedgespec", "ngram", 1, 1.25),
            ("one at a time, x vLLM plain", "hedgespec", "plain", 1, 1.6),

@@ -150,7 +150,7 @@ def test_serve_hands_vllm_the_whole_merged_settings_and_the_threads(tmp_path, ta
 @pytest.mark.parametrize("settings, message", [
     ('{"policy": "hedge",', "malformed JSON"),
     ('{"k": 0}', "k must be an integer >= 1, got 0"),
-    ('{"policy": "fixed:9", "pool": null}', "fixed:9 is out of range for 5 drafters"),
+    ('{"policy": "fixed:9", "pool": null}', "fixed:9 is out of range for 6 drafters"),
     ('{"pool": "/no/such/pool"}', "pool folder /no/such/pool does not exist"),
     ('{"speculate": true}', "unknown keys ['speculate']"),
 ])

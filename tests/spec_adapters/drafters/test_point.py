@@ -1,5 +1,6 @@
 """The point-mass drafters: prompt lookup, the corpus n-gram rule (brute force), the suffix draft
-(the torch suffix drafter's greedy draft on the same index)."""
+(the torch suffix drafter's greedy draft on the same index), the consensus (brute force over
+every path) and the draft table with it."""
 
 from __future__ import annotations
 
@@ -11,7 +12,16 @@ import torch
 
 from spec_adapters.core.sampling import SamplingConfig
 from spec_adapters.drafters.ngram import NGramDrafter
-from spec_adapters.drafters.point import CorpusNGram, PromptLookup, SuffixDraft
+from spec_adapters.drafters.point import (
+    Consensus,
+    CorpusNGram,
+    PointDrafter,
+    PromptLookup,
+    Proposal,
+    SuffixDraft,
+    propose_all,
+    solo_seconds,
+)
 from spec_adapters.drafters.suffix import SuffixDrafter
 
 V = 256
@@ -160,3 +170,75 @@ def test_suffix_draft_is_the_suffix_drafters_greedy_draft_on_the_same_index():
     got = fresh.propose(np.array([9, 2, 3]), 4)
     assert got.tokens[0] == 4
     assert got.confidence[0] == pytest.approx(2 / 3)  # the node's empirical probability
+
+
+def _majority_path(table: np.ndarray) -> tuple[list[int], list[float]]:
+    """The consensus by its definition, brute force: among every prefix of every member's
+    draft, depth by depth, the one the most members share (ties: the earliest member's)."""
+    path: list[int] = []
+    shares = []
+    for j in range(table.shape[1]):
+        behind = [m for m in range(len(table)) if list(table[m, :j]) == path and table[m, j] >= 0]
+        if not behind:
+            break
+        counts = {}
+        for m in behind:
+            counts.setdefault(int(table[m, j]), []).append(m)
+        best = sorted(counts.items(), key=lambda kv: (-len(kv[1]), kv[1][0]))[0]
+        path.append(best[0])
+        shares.append(len(best[1]) / len(behind))
+    return path, shares
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_consensus_is_the_majority_path_with_its_vote_shares(seed):
+    rng = np.random.default_rng(seed)
+    table = rng.integers(0, 3, size=(9, 4))  # three tokens: many agreements and ties
+    for m in range(9):  # members stop drafting at random depths (-1 from there)
+        table[m, rng.integers(0, 5):] = -1
+    got = Consensus.vote(table, np.ones(table.shape))
+    path, shares = _majority_path(table)
+    assert got.tokens.tolist() == path
+    np.testing.assert_allclose(got.confidence, shares)
+
+
+def test_consensus_breaks_ties_by_the_earliest_member_and_stops_where_the_path_ends():
+    table = np.array([[7, 1, -1], [8, 2, 3], [8, 2, -1], [7, 1, 5]])
+    got = Consensus.vote(table, np.ones(table.shape))
+    assert got.tokens.tolist() == [7, 1, 5]  # 7 and 8 tie 2-2: member 0's; then 1 (2 of 2)
+    np.testing.assert_allclose(got.confidence, [0.5, 1, 1])  # the path's only voter at 2
+    assert Consensus.vote(np.full((3, 2), -1), np.ones((3, 2))).tokens.tolist() == []
+
+
+class _Fixed(PointDrafter):
+    def __init__(self, tokens: list[int]) -> None:
+        self.tokens, self.name, self.calls = tokens, f"fixed-{tokens}", 0
+
+    def propose(self, history: np.ndarray, k: int) -> Proposal:
+        self.calls += 1
+        t = np.asarray(self.tokens[:k], np.int64)
+        return Proposal(t, np.ones(len(t)))
+
+
+def test_the_table_votes_from_the_members_rows_and_drafts_them_when_left_out():
+    a, b, c = _Fixed([4, 5, 6]), _Fixed([4, 5, 9]), _Fixed([3])
+    pool = [a, b, c]
+    pool.append(Consensus(pool))
+    h = np.arange(5)
+    tokens, confidence, _s = propose_all(pool, h, 3)
+    assert tokens[3].tolist() == [4, 5, 6]  # 4 by 2 of 3; 5 by 2 of 2; 6 and 9 tie: a's
+    np.testing.assert_allclose(confidence[3], [2 / 3, 1, 1 / 2])
+    assert tokens[3].tolist() == Consensus(pool[:3]).propose(h, 3).tokens.tolist()
+    assert [d.calls for d in (a, b, c)] == [2, 2, 2]  # once for the table, once standalone
+    # the consensus alone: its members are drafted for it, rows and seconds filled
+    tokens, _c, seconds = propose_all(pool, h, 3, rows=[3])
+    assert tokens[3].tolist() == [4, 5, 6] and not np.isnan(seconds).any()
+    assert solo_seconds(pool, seconds)[3] == pytest.approx(seconds.sum())
+    assert solo_seconds(pool, seconds)[:3].tolist() == seconds[:3].tolist()
+    # a drafter left out stays empty
+    tokens, _c, seconds = propose_all(pool, h, 3, rows=[0])
+    assert (tokens[1:] == -1).all() and np.isnan(seconds[1:]).all()
+    with pytest.raises(ValueError, match="not in the pool"):
+        propose_all([a, Consensus([a, b])], h, 3)
+    with pytest.raises(ValueError, match="at least one member"):
+        Consensus([])

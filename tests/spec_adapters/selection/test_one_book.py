@@ -205,7 +205,7 @@ def _transformers(cost_aware: bool) -> Scripted:
 
 
 def _vllm(monkeypatch, cost_aware: bool) -> Scripted:
-    config = ProposerConfig(pool=None, prompt_lookup=(1, 2, 3), suffix=False,
+    config = ProposerConfig(pool=None, prompt_lookup=(1, 2, 3), suffix=False, consensus=False,
                             cost_aware=cost_aware, stop_rules=(0.0,), prior_rounds=0,
                             feedback_budget=1.0, step_costs=(A, 0.0, B_D))
     prop = HedgeSpecProposer.standalone(config, vocab_size=V, max_k=K, max_model_len=4096)

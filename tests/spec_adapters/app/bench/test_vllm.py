@@ -321,7 +321,7 @@ def test_a_fixed_method_drafts_with_the_drafter_it_names(pool, tmp_path):
 
     names = drafter_names(pool, 64)
     assert names[:4] == [f"prompt-lookup-{n}" for n in (1, 2, 3, 4)]
-    assert names[-1] == "ngram-general" and "ngram-math" in names
+    assert names[-2:] == ["ngram-general", "consensus"] and "ngram-math" in names
     spec, settings = method_specs("fixed:ngram-math", names, pool, tmp_path, 4, 0)
     assert spec == {"method": "custom_class", "model": "spec_adapters.vllm.HedgeSpecProposer",
                     "num_speculative_tokens": 4}
