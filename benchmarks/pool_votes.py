@@ -15,7 +15,9 @@ loop, the shipped GGUF), a decode with ``K``-token rounds for each way of drafti
   pass with a tree mask (what only a tree-capable engine can verify; reported for scale).
 
 Printed per temperature: mean tokens per round (MAT, the bonus token included) and target
-rows per round:
+rows per round, and at every position of the answers how often the target's next token is
+among all the drafts' first tokens against the best drafter's first token alone (what the
+pool knows beyond its best member):
 
     .venv/bin/python benchmarks/pool_votes.py [--per-domain 5] [--max-new-tokens 128] \
         [--k 4] [--temperatures 0,0.7] [--json results/pool-votes.json]
@@ -91,6 +93,18 @@ def replay(starts: list[int], answers: list[list[int]], tables: list[dict[int, n
     return out
 
 
+def first_token_hits(answers: list[list[int]], tables: list[dict[int, np.ndarray]]
+                     ) -> tuple[float, float]:
+    """Over every position ``s`` of the answers: the share where the next token is some
+    draft's first token, and the best single drafter's share where its first token is."""
+    hits, any_hit, n = 0, 0, 0
+    for seq, table in zip(answers, tables, strict=True):
+        for s, drafts in table.items():
+            right = drafts[:, 0] == seq[s]
+            hits, any_hit, n = hits + right, any_hit + bool(right.any()), n + 1
+    return any_hit / n, float(np.max(hits)) / n
+
+
 def measure(args: argparse.Namespace) -> dict:
     from tqdm import tqdm
 
@@ -124,8 +138,10 @@ def measure(args: argparse.Namespace) -> dict:
             for d in pool:  # the suffix drafter remembers the stream's finished requests
                 if hasattr(d, "commit"):
                     d.commit(np.asarray(seq, np.int64))
-        result["temperatures"][str(temp)] = replay(starts, answers, tables,
-                                                   [d.name for d in pool], args.k)
+        any_first, best_first = first_token_hits(answers, tables)
+        result["temperatures"][str(temp)] = {
+            "ways": replay(starts, answers, tables, [d.name for d in pool], args.k),
+            "first_token": {"any_draft": any_first, "best_drafter": best_first}}
     target.close()
     return result
 
@@ -145,12 +161,15 @@ def main() -> None:
     ap.add_argument("--json", type=Path, default=None)
     args = ap.parse_args()
     result = measure(args)
-    for temp, ways in result["temperatures"].items():
-        print(f"\nT = {temp}, {result['prompts']} held-out prompts, K = {args.k}")
+    for temp, r in result["temperatures"].items():
+        first = r["first_token"]
+        print(f"\nT = {temp}, {result['prompts']} held-out prompts, K = {args.k}; the next "
+              f"token is some draft's first token at {first['any_draft']:.3f} of the "
+              f"positions, the best drafter's at {first['best_drafter']:.3f}")
         print("| drafting | MAT | target rows a round |")
         print("|---|---:|---:|")
-        for way, r in ways.items():
-            print(f"| {way} | {r['mat']:.3f} | {r['rows_per_round']:.2f} |")
+        for way, w in r["ways"].items():
+            print(f"| {way} | {w['mat']:.3f} | {w['rows_per_round']:.2f} |")
     if args.json is not None:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps(result, indent=1))

@@ -37,3 +37,11 @@ def test_the_replay_advances_each_way_by_what_it_keeps_plus_the_bonus_token():
     assert out["follow-the-leader"]["mat"] == 8 / 3
     assert out["consensus"]["mat"] == 8 / 3
     assert out["tree-4"] == {"mat": 8 / 3, "rows_per_round": 5.0}
+
+
+def test_first_token_hits_count_any_draft_and_the_best_drafter_alone():
+    seq = [0, 1, 2, 3]
+    tables = [{1: np.array([[1, 9], [7, 9]]), 2: np.array([[5, 9], [2, 9]]),
+               3: np.array([[3, -1], [3, -1]])}]
+    # some draft right at all 3 positions; drafter 0 at positions 1 and 3, drafter 1 at 2, 3
+    assert pv.first_token_hits([seq], tables) == (1.0, 2 / 3)
