@@ -16,8 +16,9 @@ flatters every drafter exactly where speculation is weakest. Methods (:func:`met
                  environment: ``make vllm-suffix``); ``suffix-k``: at most ``K`` tokens a step;
 ``hedgespec``    :class:`spec_adapters.vllm.HedgeSpecProposer`, NormalHedge over the experts
                  (drafter, k), cost-aware (``k = 0``: no draft);
-``hedgespec-lengths`` / ``-unpriced`` / ``-allscored``  HedgeSpec with stop rules, the
-                 price of drafting at all, label-efficient scoring off (:data:`ABLATIONS`);
+``hedgespec-lengths`` / ``-unpriced`` / ``-allscored`` / ``-noconsensus``  HedgeSpec with
+                 stop rules, the price of drafting at all, label-efficient scoring, the
+                 consensus drafter off (:data:`ABLATIONS`);
 ``exp3spec`` / ``ucbspec``  the same proposer with BanditSpec's learners over the drafters
                  (``K`` tokens every step, as published);
 ``fixed:<name>`` the proposer with one drafter always (every prompt-lookup size and every

@@ -82,8 +82,9 @@ def add_bench_vllm(sub) -> None:
                         "K tokens): after `make vllm-suffix`, hedgespec, exp3spec, ucbspec, "
                         "fixed:<drafter>; ablations: hedgespec-lengths (stop rules off), "
                         "hedgespec-unpriced (drafting price off), hedgespec-allscored (every "
-                        "round scored); diagnostic: plain-sync (vLLM plain with asynchronous "
-                        "scheduling off, as vLLM runs speculation); default: the preset's)")
+                        "round scored), hedgespec-noconsensus (no consensus drafter); "
+                        "diagnostic: plain-sync (vLLM plain with asynchronous scheduling off, "
+                        "as vLLM runs speculation); default: the preset's)")
     s.add_argument("--concurrencies", type=ints_arg(1), default=None,
                    help="comma-separated concurrencies, e.g. 1,4,16 (default: the preset's)")
     s.add_argument("--arrival-rates", type=distinct_list(float_arg(0.0, lo_open=True)),
