@@ -27,7 +27,8 @@ def test_the_c_chain_draws_a_token_our_chain_keeps(tmp_path):
         assert draw_token(row, 0.7, None, 1e-6, np.random.default_rng(0)) == int(row.argmax())
         one.close()
         chain = draw.CChain(lc, target.vocab_size, 0.7, 0.9, seed=1)
-        kept = set(warp_row(row, 0.7, None, 0.9)[0].tolist())
+        # ours at a hair more mass: llama.cpp sums in float32, the boundary may move by ~1e-7
+        kept = set(warp_row(row, 0.7, None, 0.9 + 1e-4)[0].tolist())
         assert {chain.apply(row) for _ in range(20)} <= kept
         chain.close()
     finally:
