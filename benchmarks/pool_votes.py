@@ -83,7 +83,7 @@ def replay(starts: list[int], answers: list[list[int]], tables: list[dict[int, n
                 else:
                     i = (int(np.argmax(scores)) if way == "follow-the-leader"
                          else names.index(way) if way in names else None)
-                    d = Consensus.vote(drafts, drafts).tokens if i is None else drafts[i]
+                    d = Consensus.vote(drafts).tokens if i is None else drafts[i]
                     d = d[d >= 0]
                     got, nodes = kept(d, answer), len(d)
                 scores += [kept(row[row >= 0], answer) for row in drafts]

@@ -100,19 +100,19 @@ def propose_all(drafters: Sequence[PointDrafter], history: np.ndarray, k: int,
     confidence = np.full((len(drafters), k), np.nan)
     seconds = np.full(len(drafters), np.nan)
     wanted = set(range(len(drafters)) if rows is None else rows)
-    voters = [i for i in sorted(wanted) if isinstance(drafters[i], Consensus)]
-    for i in voters:
-        wanted |= set(drafters[i].member_rows(drafters))
+    voters = {i: drafters[i].member_rows(drafters) for i in sorted(wanted)
+              if isinstance(drafters[i], Consensus)}
+    for members in voters.values():
+        wanted.update(members)
     for i in sorted(wanted.difference(voters)):
         start = time.perf_counter()
         got = drafters[i].propose(history, k)
         seconds[i] = time.perf_counter() - start
         tokens[i, :len(got.tokens)] = got.tokens
         confidence[i, :len(got.tokens)] = got.confidence
-    for i in voters:
+    for i, members in voters.items():
         start = time.perf_counter()
-        members = drafters[i].member_rows(drafters)
-        got = drafters[i].vote(tokens[members], confidence[members])
+        got = Consensus.vote(tokens[members])
         seconds[i] = time.perf_counter() - start
         tokens[i, :len(got.tokens)] = got.tokens
         confidence[i, :len(got.tokens)] = got.confidence
@@ -178,14 +178,12 @@ class Consensus(PointDrafter):
     def propose(self, history: np.ndarray, k: int) -> Proposal:
         """Every member drafts, then :meth:`vote` (standalone use; in a pool
         :func:`propose_all` votes from the round's table)."""
-        tokens, confidence, _s = propose_all(self.members, history, k)
-        return self.vote(tokens, confidence)
+        return self.vote(propose_all(self.members, history, k)[0])
 
     @staticmethod
-    def vote(tokens: np.ndarray, confidence: np.ndarray) -> Proposal:
+    def vote(tokens: np.ndarray) -> Proposal:
         """The majority path of the members' draft table ``tokens`` ``(M, k)`` (``-1``: no
-        draft there); ``confidence`` is not read (the members' own scales differ)."""
-        del confidence
+        draft there; the members' own confidences are not read: their scales differ)."""
         rows = np.asarray(tokens).tolist()  # a dozen members: plain Python beats numpy calls
         on_path = list(range(len(rows)))
         out, share = [], []

@@ -196,7 +196,7 @@ def test_consensus_is_the_majority_path_with_its_vote_shares(seed):
     table = rng.integers(0, 3, size=(9, 4))  # three tokens: many agreements and ties
     for m in range(9):  # members stop drafting at random depths (-1 from there)
         table[m, rng.integers(0, 5):] = -1
-    got = Consensus.vote(table, np.ones(table.shape))
+    got = Consensus.vote(table)
     path, shares = _majority_path(table)
     assert got.tokens.tolist() == path
     np.testing.assert_allclose(got.confidence, shares)
@@ -204,10 +204,10 @@ def test_consensus_is_the_majority_path_with_its_vote_shares(seed):
 
 def test_consensus_breaks_ties_by_the_earliest_member_and_stops_where_the_path_ends():
     table = np.array([[7, 1, -1], [8, 2, 3], [8, 2, -1], [7, 1, 5]])
-    got = Consensus.vote(table, np.ones(table.shape))
+    got = Consensus.vote(table)
     assert got.tokens.tolist() == [7, 1, 5]  # 7 and 8 tie 2-2: member 0's; then 1 (2 of 2)
     np.testing.assert_allclose(got.confidence, [0.5, 1, 1])  # the path's only voter at 2
-    assert Consensus.vote(np.full((3, 2), -1), np.ones((3, 2))).tokens.tolist() == []
+    assert Consensus.vote(np.full((3, 2), -1)).tokens.tolist() == []
 
 
 class _Fixed(PointDrafter):
