@@ -338,6 +338,7 @@ def test_suffix_memory_learns_from_finished_requests_and_stays_under_its_cap(tmp
 
 @pytest.mark.parametrize(("text", "match"), [
     ('{"suffix": "yes"}', "suffix must be true or false, got 'yes'"),
+    ('{"consensus": 1}', "consensus must be true or false, got 1"),
     ('{"suffix_max_tokens": 0}', "suffix_max_tokens must be an integer >= 1, got 0"),
     ('{"pool": null, "prompt_lookup": [], "suffix": false}', "no drafters"),
 ])
