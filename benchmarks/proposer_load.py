@@ -5,9 +5,15 @@ runner drives it: each step it gets every in-flight row's tokens and last sample
 drafts are verified greedily against a known continuation, a finished request is replaced by
 the next. The continuations are the pool's own distilled answers (``answers-*.npz``: text the
 n-gram drafters were trained on, so drafts are accepted more often than on held-out prompts):
-a timing harness, not an acceptance measure. An engine step is a sleep of ``a + b B`` ms (the
-step model the proposer fitted under load on the 2-core EPYC: a ~ 41 ms, b ~ 2.6 ms a row), so
-the proposer's clocks, prices and feedback budget see steps of the right length. Prints, per
+a timing harness, not an acceptance measure. An engine step is ``a + b B + d D`` ms of
+:func:`engine_work` (matrix products streaming 16 MB of weights, so that the proposer starts
+each step with the caches a forward pass left, as in the engine: its small numpy calls cost
+10-20x their warm time then; after a sleep, more),
+``D`` the tokens drafted in it (the step model the proposer fitted under load on the 2-core
+EPYC: a ~ 41 ms, b ~ 2.6 ms a row; ``d``, a drafted token's price, 0 by default: every draft
+then pays, so every row drafts; 16 in flight in the engine fitted ``35, 3.3, 2.8``, where most
+rows abstain), so the proposer's clocks, prices and feedback budget see steps of the right
+length. Prints, per
 B, the proposer's ms a step, its share of the step, and where it goes (ms a step)::
 
     .venv/bin/python benchmarks/proposer_load.py --pool .cache/pool/<target id>
@@ -56,11 +62,23 @@ def served_outputs(records: Path, length: int = 80) -> list[list[int]]:
     raise SystemExit(f"{records} holds no record of vLLM plain")
 
 
+_WEIGHTS = np.random.default_rng(0).standard_normal((2048, 2048)).astype(np.float32)
+
+
+def engine_work(seconds: float) -> None:
+    """Matrix products of 4 rows with a 2048 x 2048 float32 matrix for ``seconds``: a
+    forward pass's effect on the caches, standing in for the engine's step."""
+    rows, end = np.ones((4, 2048), np.float32), time.perf_counter() + seconds
+    while time.perf_counter() < end:
+        rows @ _WEIGHTS
+
+
 def run(prop, streams: list[list[int]], batch: int, steps: int, step_s: float,
-        clock: collections.Counter) -> dict:
-    """``steps`` engine steps with at most ``batch`` requests in flight."""
+        clock: collections.Counter, draft_s: float = 0.0) -> dict:
+    """``steps`` engine steps with at most ``batch`` requests in flight, each
+    :func:`engine_work` of ``step_s`` plus ``draft_s`` per drafted token."""
     queue, live = list(range(len(streams))), []  # live: [stream, tokens, last sampled]
-    spent = calls = tokens = 0
+    spent = calls = tokens = slept = drafted = 0
     clock.clear()
     for _ in range(steps):
         while len(live) < batch and queue:
@@ -76,7 +94,10 @@ def run(prop, streams: list[list[int]], batch: int, steps: int, step_s: float,
                               np.array([len(t) for _, t, _ in live]), rows)
         spent += time.perf_counter() - start
         calls += 1
-        time.sleep(step_s)
+        pause = step_s + draft_s * sum(len(d) for d in drafts)
+        engine_work(pause)
+        slept += pause
+        drafted += sum(len(d) for d in drafts)
         kept = []
         for (s, t, _), d in zip(live, drafts, strict=True):
             n, a = len(t), 0
@@ -87,8 +108,9 @@ def run(prop, streams: list[list[int]], batch: int, steps: int, step_s: float,
             if n + len(new) < len(s) - 1:
                 kept.append([s, t + new, new])
         live = kept
-    return {"batch": batch, "step_ms": 1e3 * step_s, "proposer_ms": 1e3 * spent / calls,
-            "share": spent / calls / step_s, "tokens_per_step": tokens / calls,
+    return {"batch": batch, "step_ms": 1e3 * slept / calls, "proposer_ms": 1e3 * spent / calls,
+            "share": spent / slept, "tokens_per_step": tokens / calls,
+            "drafted_per_step": drafted / calls,
             "sections_ms": {k: round(1e3 * v / calls, 3) for k, v in clock.items()}}
 
 
@@ -117,12 +139,13 @@ def main() -> None:
                         "instead of the pool's distilled answers")
     p.add_argument("--batches", default="1,4,16,32", help="requests in flight, one run each")
     p.add_argument("--steps", type=int, default=150)
-    p.add_argument("--step-ms", default="41,2.6", help="a, b: an engine step is a + b B ms")
+    p.add_argument("--step-ms", default="41,2.6,0",
+                   help="a, b[, d]: an engine step is a + b B + d D ms (D tokens drafted)")
     p.add_argument("--k", type=int, default=4)
     p.add_argument("--vocab-size", type=int, default=49152, help="the target's (SmolLM2's)")
     p.add_argument("--out", type=Path, default=None, help="a JSON file for the results")
     args = p.parse_args()
-    a, b = (float(x) for x in args.step_ms.split(","))
+    a, b, d = ([float(x) for x in args.step_ms.split(",")] + [0.0])[:3]
     streams = served_outputs(args.records) if args.records else continuations(args.pool)
     results = []
     for batch in (int(x) for x in args.batches.split(",")):
@@ -133,11 +156,12 @@ def main() -> None:
         for name in SECTIONS:
             timed(prop, name, clock)
         step_s = (a + b * batch) / 1e3
-        run(prop, streams, batch, 40, step_s, clock)  # warm: numba compiles, the model fits
-        r = run(prop, streams, batch, args.steps, step_s, clock)
+        run(prop, streams, batch, 40, step_s, clock, d / 1e3)  # warm: numba, the model's fit
+        r = run(prop, streams, batch, args.steps, step_s, clock, d / 1e3)
         results.append(r)
         print(f"B = {batch:2d}: proposer {r['proposer_ms']:.2f} ms a step, {r['share']:.1%} "
-              f"of a {r['step_ms']:.0f} ms step ({r['tokens_per_step']:.1f} tokens a step); "
+              f"of a {r['step_ms']:.0f} ms step ({r['tokens_per_step']:.1f} tokens, "
+              f"{r['drafted_per_step']:.1f} drafted a step); "
               + ", ".join(f"{k.strip('_')} {v:.2f}" for k, v in r["sections_ms"].items()),
               flush=True)
     if args.out is not None:

@@ -54,7 +54,7 @@ from spec_adapters.drafters.ngram_kernel import NGramTables, longest_match_draft
 from spec_adapters.drafters.suffix_index import MAX_DEPTH, MAX_TOKENS, SuffixIndex, SuffixRule
 
 __all__ = ["Consensus", "CorpusNGram", "PointDrafter", "PromptLookup", "Proposal", "SuffixDraft",
-           "propose_all", "solo_seconds"]
+           "consensus_rows", "propose_all", "solo_seconds"]
 
 MAX_MATCH = 64  # prompt lookup's match length is counted up to this many tokens
 
@@ -86,7 +86,7 @@ class PointDrafter(ABC):
 
 
 def propose_all(drafters: Sequence[PointDrafter], history: np.ndarray, k: int,
-                rows: Iterable[int] | None = None
+                rows: Iterable[int] | None = None, members: dict[int, list[int]] | None = None
                 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """A round's draft table: ``(tokens, confidence, seconds)``, the first two ``(N, k)``, row
     ``i`` drafter ``i``'s :meth:`~PointDrafter.propose` (tokens ``-1`` and confidence ``NaN``
@@ -95,39 +95,48 @@ def propose_all(drafters: Sequence[PointDrafter], history: np.ndarray, k: int,
 
     A :class:`Consensus` row is voted from its members' rows, which are drafted for it when
     ``rows`` leaves them out (their rows and seconds then filled too); its own seconds are
-    the vote's alone (:func:`solo_seconds`: what drafting with it alone costs)."""
+    the vote's alone (:func:`solo_seconds`: what drafting with it alone costs). ``members``:
+    :func:`consensus_rows` of ``drafters``, where the caller keeps it."""
     tokens = np.full((len(drafters), k), -1, np.int64)
     confidence = np.full((len(drafters), k), np.nan)
     seconds = np.full(len(drafters), np.nan)
     wanted = set(range(len(drafters)) if rows is None else rows)
-    voters = {i: drafters[i].member_rows(drafters) for i in sorted(wanted)
-              if isinstance(drafters[i], Consensus)}
-    for members in voters.values():
-        wanted.update(members)
+    members = consensus_rows(drafters) if members is None else members
+    voters = {i: members[i] for i in sorted(wanted) if i in members}
+    for voting in voters.values():
+        wanted.update(voting)
     for i in sorted(wanted.difference(voters)):
         start = time.perf_counter()
         got = drafters[i].propose(history, k)
         seconds[i] = time.perf_counter() - start
         tokens[i, :len(got.tokens)] = got.tokens
         confidence[i, :len(got.tokens)] = got.confidence
-    for i, members in voters.items():
+    for i, voting in voters.items():
         start = time.perf_counter()
-        got = Consensus.vote(tokens[members])
+        got = Consensus.vote(tokens[voting])
         seconds[i] = time.perf_counter() - start
         tokens[i, :len(got.tokens)] = got.tokens
         confidence[i, :len(got.tokens)] = got.confidence
     return tokens, confidence, seconds
 
 
-def solo_seconds(drafters: Sequence[PointDrafter], seconds: np.ndarray) -> np.ndarray:
+def solo_seconds(drafters: Sequence[PointDrafter], seconds: np.ndarray,
+                 members: dict[int, list[int]] | None = None) -> np.ndarray:
     """Each drafter's price of drafting alone from per-drafter proposal ``seconds`` (as
-    :func:`propose_all` measures them): its own, plus its members' for a :class:`Consensus`
-    (``NaN`` members count 0)."""
-    solo = np.asarray(seconds, np.float64).copy()
-    for i, d in enumerate(drafters):
-        if isinstance(d, Consensus):
-            solo[i] += float(np.nansum(seconds[d.member_rows(drafters)]))
+    :func:`propose_all` measures them; ``NaN``: not measured, counted 0): its own, plus its
+    members' for a :class:`Consensus`. ``members``: :func:`consensus_rows` of the pool, where
+    the caller keeps it (an engine step is cheaper without finding them again)."""
+    solo = np.asarray(seconds, np.float64)
+    solo = np.where(np.isnan(solo), 0.0, solo)
+    for i, rows in (consensus_rows(drafters) if members is None else members).items():
+        solo[i] += solo[rows].sum()
     return solo
+
+
+def consensus_rows(drafters: Sequence[PointDrafter]) -> dict[int, list[int]]:
+    """The pool's :class:`Consensus` rows and each one's member rows."""
+    return {i: d.member_rows(drafters) for i, d in enumerate(drafters)
+            if isinstance(d, Consensus)}
 
 
 class Consensus(PointDrafter):

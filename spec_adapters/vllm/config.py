@@ -27,6 +27,9 @@ Keys (all optional)::
      "feedback_budget": 0.02,              # evaluating rounds' share of a step (every
                                            # drafter drafts, every expert is scored): above
                                            # it, a random share of rounds is evaluated
+     "time_budget": 0.03,                  # the proposer's whole share of a step: the
+                                           # evaluations get what its other work leaves,
+                                           # at most feedback_budget, at least a quarter
      "prior_rounds": 8,                    # a new request starts from the stream's
                                            # evidence weighing as many rounds: its
                                            # NormalHedge from the stream's regrets, its
@@ -90,6 +93,7 @@ class ProposerConfig:
     cost_aware: bool = True
     stop_rules: tuple[float, ...] = THRESHOLDS
     feedback_budget: float = 0.02
+    time_budget: float = 0.03
     prior_rounds: int = 8
     probe: float = 0.1
     explore_steps: float = 0.05
@@ -122,9 +126,10 @@ class ProposerConfig:
             StopRules(1, self.stop_rules)
         except (TypeError, ValueError) as err:
             bad(str(err))
-        fb = self.feedback_budget
-        if isinstance(fb, bool) or not isinstance(fb, int | float) or not 0 < fb <= 1:
-            bad(f"feedback_budget must be a number in (0, 1], got {fb!r}")
+        for name in ("feedback_budget", "time_budget"):
+            fb = getattr(self, name)
+            if isinstance(fb, bool) or not isinstance(fb, int | float) or not 0 < fb <= 1:
+                bad(f"{name} must be a number in (0, 1], got {fb!r}")
         pr = self.probe
         if isinstance(pr, bool) or not isinstance(pr, int | float) or not 0 <= pr <= 1:
             bad(f"probe must be a number in [0, 1], got {pr!r}")

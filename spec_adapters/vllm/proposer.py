@@ -66,10 +66,13 @@ Feedback budget. Evaluating a round (drafting with every drafter, then scoring e
 expert and updating the learners) costs the engine's main process ~0.5-1 ms per row here,
 which at 16 concurrent requests is a tenth of a step. The proposer measures both (an
 evaluated round's drafting and scoring, the step) and evaluates a round with probability
-``min(1, feedback_budget * step / (rows * evaluation))``, by a coin drawn before the outcome;
-the others are censored (the learner is fed on an unbiased sample of the rounds, each with
-full information). A bandit policy (EXP3Spec, UCBSpec) needs only its own draft, so only the
-played drafter drafts.
+``min(1, share * step / (rows * evaluation))``, by a coin drawn before the outcome; the
+others are censored (the learner is fed on an unbiased sample of the rounds, each with full
+information). ``share`` is what the proposer's other work of a step (matching rows, pricing,
+the played drafts; measured, an EMA) leaves of ``time_budget`` (3% of a step), at most
+``feedback_budget`` (2%) and never below a quarter of it, so that the proposer's whole time
+stays within ``time_budget`` where its other work allows and the learner always learns. A
+bandit policy (EXP3Spec, UCBSpec) needs only its own draft, so only the played drafter drafts.
 
 Feedback: a deterministic draft's prefix that matches the verified continuation is its exact
 acceptance length under greedy decoding and an unbiased estimate of its expected acceptance
@@ -102,6 +105,7 @@ from spec_adapters.drafters.point import (
     Consensus,
     PromptLookup,
     SuffixDraft,
+    consensus_rows,
     propose_all,
     solo_seconds,
 )
@@ -159,6 +163,12 @@ class RequestState:
     idle: int = 0
     history: np.ndarray | None = None
 
+    @property
+    def key(self) -> tuple[int, bytes]:
+        """What a row continuing this request must end with before its sampled tokens: the
+        length and the tail this state last saw (:func:`row_key`)."""
+        return self.n_tokens, self.tail.tobytes()
+
     def fit(self, buf: np.ndarray, sampled: list[int]) -> int:
         """How well a row holding ``buf`` after sampling ``sampled`` continues this request:
         0 not at all; 1 it extends it (same head, same tail, the accepted tokens a prefix of
@@ -167,11 +177,19 @@ class RequestState:
         greedy or sampled, so a row that accepted fewer tokens of this draft than its own
         length differs from it there, unless the engine cut the draft)."""
         m, end = len(sampled), self.n_tokens
-        if not (len(buf) == end + m and np.array_equal(buf[:len(self.head)], self.head)
-                and np.array_equal(buf[end - len(self.tail):end], self.tail)
+        if not (len(buf) == end + m  # bytes: cheaper than array_equal (int64 both)
+                and buf[:len(self.head)].tobytes() == self.head.tobytes()
+                and buf[end - len(self.tail):end].tobytes() == self.tail.tobytes()
                 and list(sampled[:-1]) == self.draft[:m - 1]):
             return 0
         return 2 if m - 1 >= len(self.draft) or sampled[m - 1] != self.draft[m - 1] else 1
+
+
+def row_key(buf: np.ndarray, sampled: list[int]) -> tuple[int, bytes]:
+    """The :attr:`RequestState.key` of the states a row holding ``buf`` after sampling
+    ``sampled`` can continue: its length before them and its last ``TAIL`` tokens there."""
+    end = len(buf) - len(sampled)
+    return end, buf[max(0, end - TAIL):end].tobytes()
 
 
 class HedgeSpecProposer:
@@ -227,6 +245,7 @@ class HedgeSpecProposer:
             drafters.append(Consensus(drafters))
         self.config, self.K, self.max_model_len = config, k_max, max_model_len
         self.drafters = drafters
+        self.consensus_rows = consensus_rows(drafters)
         self.names = [d.name for d in drafters]
         self._policy_spec = self._resolve_policy(config)
         # a bandit or fixed policy drafts K tokens with its drafter, as published
@@ -235,7 +254,7 @@ class HedgeSpecProposer:
         self.rules = StopRules(k_max, config.stop_rules) if self.cost_aware else None
         self.n_experts = len(drafters) * (len(self.rules) if self.rules else 1)
         self.step_time = StepTimeModel(fixed=config.step_costs,
-                                       speculation_term=config.drafting_price)
+                                       speculation_term=config.drafting_price, refit_every=4)
         self.stream = Stream(len(drafters), k_max, config.prior_rounds,
                              self.n_experts if self._policy_spec == "normalhedge" else None)
         self.stats = ProposerStats(self.names, config.stats)
@@ -246,6 +265,7 @@ class HedgeSpecProposer:
         self.drafting_s: float | None = None  # every drafter drafting for one row (EMA)
         self.propose_s = np.full(len(drafters), np.nan)  # each drafter's proposal (EMA)
         self.scoring_s: float | None = None  # scoring one evaluated round (EMA)
+        self.rest_s: float | None = None  # a step's proposer time outside evaluation (EMA)
         self.rounds = {"played": 0, "evaluated": 0}
         self.states: dict[int, RequestState] = {}
         self._next_uid = 0
@@ -290,7 +310,7 @@ class HedgeSpecProposer:
         Returns one draft per row (``[]``: no draft).
         """
         seconds = self._step_seconds()
-        entered = time.perf_counter()
+        entered, evaluating = time.perf_counter(), self.stats.evaluation_s
         rows, drafted = [], 0
         prefill = False  # a prompt (or a chunk of one) was in the step: not a decode step
         bufs = [np.array(token_ids_cpu[r, :int(num_tokens_no_spec[r])], dtype=np.int64)
@@ -327,8 +347,9 @@ class HedgeSpecProposer:
             self.quiet = keep * self.quiet + (1 - keep) * all(not d for _i, d in made.values())
         self._forget_idle(claimed)
         if live:
-            self.stats.step(seconds, time.perf_counter() - entered, played,
-                            self.step_time.coefficients())
+            spent = time.perf_counter() - entered
+            self.rest_s = _ema(self.rest_s, spent - (self.stats.evaluation_s - evaluating))
+            self.stats.step(seconds, spent, played, self.step_time.coefficients())
         return out
 
     def _step_drafts(self, gains: list[np.ndarray | None], decode: bool) -> bool:
@@ -351,12 +372,17 @@ class HedgeSpecProposer:
 
     def evaluation_probability(self, n_rows: int) -> float:
         """The chance that a round is evaluated with every drafter's draft (module docstring):
-        ``min(1, feedback_budget * step / (n_rows * evaluation))``, an evaluation costing its
-        drafting and its scoring; 1 until the step and the drafting are measured."""
+        ``min(1, share * step / (n_rows * evaluation))``, an evaluation costing its drafting
+        and its scoring, ``share`` what the proposer's other work leaves of its
+        ``time_budget``, at most ``feedback_budget`` and at least a quarter of it; 1 until the
+        step and the drafting are measured."""
         if self.step_s is None or not self.drafting_s or n_rows < 1:
             return 1.0
         cost = self.drafting_s + (self.scoring_s or 0.0)
-        return min(1.0, self.config.feedback_budget * self.step_s / (n_rows * cost))
+        share = self.config.feedback_budget
+        if self.rest_s is not None:
+            share = max(share / 4, min(share, self.config.time_budget - self.rest_s / self.step_s))
+        return min(1.0, share * self.step_s / (n_rows * cost))
 
     def _step_seconds(self) -> float | None:
         now = time.perf_counter()
@@ -372,13 +398,14 @@ class HedgeSpecProposer:
         fit each other's states, so the rows are matched as an assignment: an exact fit
         (:meth:`RequestState.fit`) before a plain one, the rows with fewest exact fits first."""
         live = [r for r, b in enumerate(bufs) if b is not None]
-        # a row holding n tokens after sampling m can only continue a state that had n - m
-        # (RequestState.fit's first test): only those are fitted, not every state per row
-        ending: dict[int, list[int]] = {}
+        # a row can only continue a state of its length before its sampled tokens and its
+        # tail there (RequestState.fit's first two tests): only those are fitted, not every
+        # state per row (twins share a key)
+        ending: dict[tuple[int, bytes], list[int]] = {}
         for uid, st in self.states.items():
-            ending.setdefault(st.n_tokens, []).append(uid)
+            ending.setdefault(st.key, []).append(uid)
         fits = {r: {uid: self.states[uid].fit(bufs[r], sampled[r])
-                    for uid in ending.get(len(bufs[r]) - len(sampled[r]), ())}
+                    for uid in ending.get(row_key(bufs[r], sampled[r]), ())}
                 for r in live}
         live.sort(key=lambda r: (sum(f == 2 for f in fits[r].values()),
                                  sum(f > 0 for f in fits[r].values())))
@@ -469,7 +496,7 @@ class HedgeSpecProposer:
         per step (:meth:`_step_drafts`)."""
         if not self.config.drafting_price or self.step_time.fixed is not None:
             return 0.0
-        return solo_seconds(self.drafters, np.nan_to_num(self.propose_s))
+        return solo_seconds(self.drafters, self.propose_s, self.consensus_rows)
 
     def _draft(self, st: RequestState, buf: np.ndarray, prices: StepPrices, evaluate: float,
                gain: np.ndarray | None, quiet: bool) -> tuple[int | None, list[int]]:
@@ -492,8 +519,9 @@ class HedgeSpecProposer:
             i, r = play.drafter, play.option
             start = time.perf_counter()
             pays = not quiet and (gain is None or gain[i].max() > 0)  # a length of i pays
-            drafts, confidence, seconds = propose_all(self.drafters, buf, K,
-                                                      None if full else (i,) if pays else ())
+            drafts, confidence, seconds = propose_all(
+                self.drafters, buf, K, None if full else (i,) if pays else (),
+                self.consensus_rows)
             ran = ~np.isnan(seconds)
             old = self.propose_s[ran]
             self.propose_s[ran] = np.where(np.isnan(old), seconds[ran],

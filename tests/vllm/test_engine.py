@@ -48,7 +48,7 @@ def runs(tmp_path_factory):
                                                      "ngram_order": 3}}
     cfg = tmp / "hedgespec.json"  # drafted tokens cost nothing: every draft expected to pay
     cfg.write_text(json.dumps({**settings, "trace": str(tmp / "trace.jsonl"),
-                               "feedback_budget": 1.0,  # every round scored: learning is tested
+                               "feedback_budget": 1.0, "time_budget": 1.0,  # every round scored
                                "step_costs": {**FREE_DRAFTS, "draft_s": 0.0}}))
     cfg_never = tmp / "never.json"  # a drafted token costs 10 s: no draft ever pays
     cfg_never.write_text(json.dumps({**settings, "trace": str(tmp / "never.jsonl"),
@@ -67,6 +67,7 @@ def runs(tmp_path_factory):
                                              "odd": gemma_plain["tokens"][1::2]}, ngram_order=3)
     cfg_g = tmp / "gemma.json"
     cfg_g.write_text(json.dumps({"pool": str(tmp / "gemma-pool"), "feedback_budget": 1.0,
+                                 "time_budget": 1.0,
                                  "stats": str(tmp / "gemma-stats.json"),
                                  "pool_settings": settings["pool_settings"],
                                  "step_costs": {**FREE_DRAFTS, "draft_s": 0.0}}))

@@ -507,8 +507,34 @@ def test_evaluation_probability_keeps_counterfactual_drafting_within_its_budget(
     assert prop.evaluation_probability(16) == 1.0
 
 
+def test_evaluation_gets_what_the_proposers_other_work_leaves_of_its_time_budget(tmp_path):
+    prop = _proposer(tmp_path, feedback_budget=0.02, time_budget=0.03)
+    prop.step_s, prop.drafting_s, prop.scoring_s = 0.1, 0.001, 0.001
+    full = prop.evaluation_probability(16)
+    assert full == pytest.approx(0.02 * 0.1 / (16 * 0.002))  # nothing else measured yet
+    prop.rest_s = 0.0005  # 0.5% of the step: the evaluations keep their 2%
+    assert prop.evaluation_probability(16) == pytest.approx(full)
+    prop.rest_s = 0.0015  # 1.5%: 1.5% left for them
+    assert prop.evaluation_probability(16) == pytest.approx(0.015 * 0.1 / (16 * 0.002))
+    prop.rest_s = 0.01  # 10%: the floor, a quarter of feedback_budget, keeps the learner fed
+    assert prop.evaluation_probability(16) == pytest.approx(full / 4)
+
+
+def test_the_proposer_measures_its_time_outside_evaluation(tmp_path):
+    prop = _proposer(tmp_path)
+    _run(prop)
+    assert prop.rest_s is not None and 0 < prop.rest_s < 0.05
+
+
+@pytest.mark.parametrize("budget", [0, 1.5, True, "x"])
+def test_bad_time_budget_names_the_problem(tmp_path, budget):
+    with pytest.raises(ValueError, match="time_budget must be a number in"):
+        _proposer(tmp_path, time_budget=budget)
+
+
 def test_rounds_left_unevaluated_are_censored_and_outputs_stay_greedy(tmp_path, monkeypatch):
-    prop = _proposer(tmp_path, probe=1.0)  # rounds that abstain are scored as often
+    # rounds that abstain are scored as often; no consensus: every drafter's own call counted
+    prop = _proposer(tmp_path, probe=1.0, consensus=False)
     counters = _counted(prop)
     monkeypatch.setattr(prop, "evaluation_probability", lambda n_rows: 0.25)
     _run(prop)
@@ -523,7 +549,8 @@ def test_rounds_left_unevaluated_are_censored_and_outputs_stay_greedy(tmp_path, 
 
 
 def test_a_bandit_policy_drafts_with_the_played_drafter_only(tmp_path):
-    prop = _proposer(tmp_path, policy="exp3spec", cost_aware=False)  # K tokens, as published
+    # K tokens, as published; no consensus, whose solo draft is its members' drafts
+    prop = _proposer(tmp_path, policy="exp3spec", cost_aware=False, consensus=False)
     counters = _counted(prop)
     _run(prop)
     assert prop.rounds["evaluated"] == 0
@@ -568,7 +595,8 @@ def test_a_learner_whose_rounds_are_never_evaluated_is_never_fed(tmp_path, monke
 
 # ------------------------------------------------------------------------ prior from the stream
 def test_a_new_request_starts_from_the_streams_weights_shrunk_to_prior_rounds(tmp_path):
-    prop = _proposer(tmp_path, prior_rounds=8, probe=1.0, feedback_budget=1.0)  # all scored
+    prop = _proposer(tmp_path, prior_rounds=8, probe=1.0, feedback_budget=1.0,
+                     time_budget=1.0)  # all scored
     _run(prop, n_requests=3)
     stream = prop.stream.learner
     assert stream.t > 8 and len(set(np.round(stream.weights, 12))) > 1  # it learned something

@@ -28,7 +28,7 @@ LEARNERS = ("plain", "ngram", "suffix", "suffix-k", "hedgespec", "exp3spec", "uc
 # HedgeSpec with one of its parts off (the ablation rows): method -> its proposer settings
 ABLATIONS = {"hedgespec-lengths": {"stop_rules": [0.0]},
              "hedgespec-unpriced": {"drafting_price": False},
-             "hedgespec-allscored": {"feedback_budget": 1.0},
+             "hedgespec-allscored": {"feedback_budget": 1.0, "time_budget": 1.0},
              "hedgespec-noconsensus": {"consensus": False}}
 # vLLM plain with other engine arguments (a diagnostic row): method -> its LLM(...) arguments;
 # "plain-sync": the scheduling every speculative method but EAGLE's runs under (vLLM turns its

@@ -207,7 +207,8 @@ def _transformers(cost_aware: bool) -> Scripted:
 def _vllm(monkeypatch, cost_aware: bool) -> Scripted:
     config = ProposerConfig(pool=None, prompt_lookup=(1, 2, 3), suffix=False, consensus=False,
                             cost_aware=cost_aware, stop_rules=(0.0,), prior_rounds=0,
-                            feedback_budget=1.0, step_costs=(A, 0.0, B_D))
+                            feedback_budget=1.0, time_budget=1.0,
+                            step_costs=(A, 0.0, B_D))
     prop = HedgeSpecProposer.standalone(config, vocab_size=V, max_k=K, max_model_len=4096)
     prop.drafters = [_Point(i) for i in range(N)]
     policy = Scripted(N * (K + 1) if cost_aware else N, EXPERTS if cost_aware else DRAFTERS)
