@@ -195,7 +195,8 @@ class LlamaCppDecoder:
         rounds: dict[str, list[int]] = {"chosen": [], "lengths": [], "accepted": []}
         counterfactual, evaluated = np.zeros(len(self.drafters)), 0
         i = 0  # the drafter reported for a round that is not played: the last one played
-        gain, rescore = None, True  # the expected gains, recomputed when a round is scored
+        # the expected gains, recomputed when a round is scored, and whether any draft pays
+        gain, pays, rescore = None, True, True
         weights = None if on_round is None else session.weights
         start_all = time.perf_counter()
         pending = self.target.prefill(seq)  # the next token's logits while its input is cached
@@ -205,9 +206,10 @@ class LlamaCppDecoder:
             t0 = time.perf_counter()
             if rescore:                                                       # 1 select
                 gain, rescore = self._gains(session), False
+                pays = gain is None or bool(gain.max() > 0)
             # a round is played (and scored) unless no draft pays, then on a probe share only:
             # an unplayed round is a plain step and costs the learner nothing
-            evaluate = gain is None or gain.max() > 0 or rng.random() < self.probe
+            evaluate = pays or rng.random() < self.probe
             k = 0
             if evaluate:
                 if on_round is not None:

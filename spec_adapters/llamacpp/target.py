@@ -165,6 +165,7 @@ class GGUFTarget:
             lc.llama_model_free(self._model)
             raise ValueError(f"llama.cpp could not create a context for {self.path}")
         self._vocab = lc.llama_model_get_vocab(self._model)
+        self._eog: dict[int, bool] = {}  # is_eog's answers so far
         self.vocab_size = int(lc.llama_vocab_n_tokens(self._vocab))
         self.n_ctx = int(lc.llama_n_ctx(self._ctx))  # llama.cpp may round the request up
         self.n_batch = int(lc.llama_n_batch(self._ctx))
@@ -353,8 +354,12 @@ class GGUFTarget:
         return buf.raw[:n].decode("utf-8", errors="replace")
 
     def is_eog(self, token: int) -> bool:
-        """Whether ``token`` ends a generation (EOS, EOT, ...)."""
-        return bool(self._lc.llama_vocab_is_eog(self._vocab, int(token)))
+        """Whether ``token`` ends a generation (EOS, EOT, ...); llama.cpp asked once per
+        token id (a decoding loop asks for every token it emits)."""
+        known = self._eog.get(token)
+        if known is None:
+            known = self._eog[token] = bool(self._lc.llama_vocab_is_eog(self._vocab, int(token)))
+        return known
 
     def close(self) -> None:
         """Free the batch, the context and the model."""
