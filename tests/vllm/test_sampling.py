@@ -62,9 +62,12 @@ def runs(tmp_path_factory):
              "sampling": batch["sampling"] + [{"temperature": 0.0}] * 3,
              "arrivals": [0] * n + [10_000] * 3}
     cfg = tmp / "hedgespec.json"
-    # drafted tokens priced free, so that the rows keep drafting whatever the batch's load: the
-    # law under test is the rejection rule's
+    # drafted tokens priced free, so that the rows keep drafting whatever the batch's load (the
+    # law under test is the rejection rule's), and the proposer's time unbudgeted: a tiny
+    # model's steps are short against the proposer's work for 64 rows, where the budget would
+    # leave the learner a trickle of scored rounds
     cfg.write_text(json.dumps({"pool": None, "trace": str(tmp / "trace.jsonl"),
+                               "time_budget": 1.0,
                                "step_costs": {"step_s": 0.01, "row_s": 0.0, "draft_s": 0.0}}))
     gemma = {"model": str(tiny_gemma3(tmp / "gemma", V_GEMMA, logit_scale=GEMMA_SCALE)),
              **batch, "prompts": batch["prompts"][1::2][:len(SEEDED)] + [LAW_PROMPT] * N_LAW,
