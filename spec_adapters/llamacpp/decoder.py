@@ -154,7 +154,7 @@ class LlamaCppDecoder:
             raise ValueError(f"draft_length must be an integer >= 1, got {draft_length!r}")
         self.target, self.drafters, self.K = target, list(drafters), draft_length
         self.names = [d.name for d in self.drafters]
-        self.members = consensus_rows(self.drafters)  # each consensus row's voters
+        self.consensus_rows = consensus_rows(self.drafters)  # found once, as the vLLM proposer
         self.rules = StopRules(draft_length, stop_rules)
         self.policy = make_policy(policy, len(self.drafters) * len(self.rules))
         if not self.policy.full_information:
@@ -221,7 +221,7 @@ class LlamaCppDecoder:
             draft = []                                                        # 2 draft
             if evaluate:
                 drafts, confidence, drafting = propose_all(
-                    self.drafters, np.asarray(seq, np.int64), self.K, members=self.members)
+                    self.drafters, np.asarray(seq, np.int64), self.K, members=self.consensus_rows)
                 lengths = self.rules.lengths(confidence)
                 # the rule's cut, then what pays (nothing scored yet: k = 0)
                 k = 0 if gain is None else paying_k(gain[i], int(lengths[i, r]))

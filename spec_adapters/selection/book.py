@@ -213,8 +213,6 @@ class RoundBook:
     def pop_completed(self) -> list[Window]:
         """Remove and return the :class:`Window` of every round whose ``K`` positions are
         verified, in round-id order."""
-        if not self.open_rounds:  # an abstaining stream: nothing open, nothing to look at
-            return []
         done = sorted((rid, start) for rid, (start, _d, _x) in self.open_rounds.items()
                       if start + self.k <= self.end)
         if not done:  # most rounds: nothing completes, nothing to drop
