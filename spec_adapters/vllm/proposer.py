@@ -579,7 +579,8 @@ class HedgeSpecProposer:
             "costs_ms": np.round(1e3 * prices.costs, 3).tolist(),
             "tau_ms": None if self.tau is None else round(1e3 * self.tau, 3),
             "tau_used_ms": ms, "draft_ms": round(1e3 * prices.draft_s, 3),
-            "gain_ms": None if gain is None else round(1e3 * gain, 3),
+            # unrounded: a draft is played only where its gain is positive, however small
+            "gain_ms": None if gain is None else 1e3 * gain,
             "weights": dict(zip(self.names, np.round(by_drafter, 4).tolist(), strict=True)),
         }) + "\n")
         self._trace.flush()
