@@ -23,6 +23,13 @@ its single-draft steps:
    (greedy: ``gamma = rho = 1{d = x}`` from each drafter's argmax ``d``, nothing of the
    vocabulary's size).
 
+With ``consensus=True`` the pool gains one slot, last: the *consensus*, the majority path of
+every drafter's greedy draft (:func:`~spec_adapters.drafters.vote.majority_path`, as the
+point-mass engines' :class:`~spec_adapters.drafters.point.Consensus`), drafted as a point
+mass. Its token at a position depends on where its draft started, so it has no per-position
+row: the round book scores each window of it from the drafters' argmaxes there and the
+target's probability of each (:func:`~spec_adapters.selection.book.consensus_stats`).
+
 Bandit policies (EXP3Spec, UCBSpec) and ``fixed:<i>`` skip step 4: they only need the chosen
 drafter's accepted length, and a drafter catches up on the verified tokens lazily when next
 chosen. MetaSD-UCB skips it too: ``verify`` gives its feedback, the chosen drafter's gamma over
@@ -43,6 +50,7 @@ from spec_adapters.decoding.schemes import scheme_builder
 from spec_adapters.decoding.settings import PolicySettings
 from spec_adapters.drafters import Drafter, as_drafter, check_vocab, expand_drafters
 from spec_adapters.drafters.base import GREEDY_VERB
+from spec_adapters.drafters.vote import majority_path
 from spec_adapters.hf.target import TargetModel
 from spec_adapters.selection.book import greedy_stats
 
@@ -75,14 +83,25 @@ class ChainScheme:
         Distinct objects sharing the target's vocabulary.
     k : int
         Draft length ``K >= 1``.
+    consensus : bool, default False
+        Add the consensus slot (module docstring), named ``"consensus"``, after the drafters.
+
+    Attributes
+    ----------
+    consensus : dict
+        ``{slot: member slots}``: ``{N: [0 .. N-1]}`` with the consensus, else empty.
     """
 
     computes_block_gamma = True  # verify fills Verdict.block_gamma when asked (MetaSD-UCB)
     couples_seeds = True  # a coupled query drafts argmaxes, verified by the coupled rule
 
-    def __init__(self, target: TargetModel, drafters: list[Drafter], k: int) -> None:
+    def __init__(self, target: TargetModel, drafters: list[Drafter], k: int,
+                 consensus: bool = False) -> None:
         self.target, self.drafters, self.draft_length = target, drafters, k
         self.names = [d.name for d in drafters]
+        self.consensus = {len(drafters): list(range(len(drafters)))} if consensus else {}
+        if consensus:
+            self.names.append("consensus")
         self._synced: list[int] = []  # verified tokens each drafter has appended
         self._spare = torch.Generator(device=target.device)  # drafting's, for coupled queries
         # drafters that read target features (EAGLE heads): always extended, with the features
@@ -111,21 +130,38 @@ class ChainScheme:
             return Proposal(torch.zeros(0, dtype=torch.long, device=self.target.device),
                             PointMass(torch.zeros(0, dtype=torch.long, device=self.target.device),
                                       self.target.vocab_size))
-        if self._synced[i] < len(q.seq):  # lazy catch-up (bandit / fixed policies)
-            self._extend(i, torch.tensor(q.seq[self._synced[i]:]), len(q.seq))
         room = self.target.max_length  # >= len(q.seq) + 1: the loop stops at the context
         k = k if room is None else min(k, room - len(q.seq))
-        # a coupled query's rule verifies point masses (each drafter's argmax), and its
-        # generator is plain decoding's: a drafter that draws even so draws from a spare one
-        sampling, gen = (GREEDY, self._spare) if q.coupled else (q.sampling, q.gen)
-        tokens, dists = self.drafters[i].propose(k, sampling, gen)
-        dists = self._check_proposal(i, k, tokens, dists)
+        if i in self.consensus:
+            tokens, dists = self._vote(self.consensus[i], q, k)
+        else:
+            # a coupled query's rule verifies point masses (each drafter's argmax), and its
+            # generator is plain decoding's: a drafter that draws even so draws from a spare one
+            sampling, gen = (GREEDY, self._spare) if q.coupled else (q.sampling, q.gen)
+            tokens, dists = self._propose(i, q, k, sampling, gen)
         if q.coupled:  # cut before an EOS: the walk's next draw is plain's draw there
             eos = next((j for j, t in enumerate(tokens.tolist()) if t in q.eos), None)
             if eos is not None:
                 tokens = tokens[:eos]
                 dists = PointMass(tokens, self.target.vocab_size)
         return Proposal(tokens.to(self.target.device).long(), dists.to(self.target.device))
+
+    def _propose(self, i: int, q: Query, k: int, sampling: SamplingConfig,
+                 gen: torch.Generator) -> tuple[torch.Tensor, Rows]:
+        """Drafter ``i``'s checked proposal of up to ``k`` tokens, caught up first."""
+        if self._synced[i] < len(q.seq):  # lazy catch-up (bandit / fixed policies)
+            self._extend(i, torch.tensor(q.seq[self._synced[i]:]), len(q.seq))
+        tokens, dists = self.drafters[i].propose(k, sampling, gen)
+        return tokens, self._check_proposal(i, k, tokens, dists)
+
+    def _vote(self, members: list[int], q: Query, k: int) -> tuple[torch.Tensor, PointMass]:
+        """The consensus draft: the majority path of the ``members``' greedy drafts."""
+        table = np.full((len(members), k), -1, np.int64)
+        for row, m in enumerate(members):
+            tokens = self._propose(m, q, k, GREEDY, self._spare)[0].numpy()
+            table[row, :tokens.size] = tokens
+        tokens = torch.from_numpy(majority_path(table)[0])
+        return tokens, PointMass(tokens, self.target.vocab_size)
 
     def verify(self, draft: Proposal, q: Query) -> Verdict:
         """One target pass over ``[last] + drafts``, speculative acceptance, crop (no draft:
@@ -157,7 +193,9 @@ class ChainScheme:
     def evaluate(self, verdict: Verdict, q: Query, counterfactual: bool
                  ) -> tuple | None:
         """Every drafter appends the verified tokens; gamma, rho and where each abstains, at
-        each of them (greedy: :func:`~spec_adapters.selection.book.greedy_stats`, numpy).
+        each of them (greedy: :func:`~spec_adapters.selection.book.greedy_stats`, numpy);
+        with the consensus also every drafter's argmax there and the target's probability
+        of it, the consensus's own row ``NaN`` (the book scores it per window).
         Without ``counterfactual`` only the feature readers append (they have no lazy
         catch-up: the features of earlier rounds are gone)."""
         if not counterfactual:
@@ -165,18 +203,38 @@ class ChainScheme:
                 self._extend_argmax(i, torch.tensor(verdict.tokens), len(q.seq),
                                     verdict.features)
             return None
-        new = torch.tensor(verdict.tokens)
+        new, V = torch.tensor(verdict.tokens), self.target.vocab_size
         if q.sampling.greedy or q.coupled:  # every q a point mass at the drafter's argmax
             drafts = np.stack([self._extend_argmax(i, new, len(q.seq), verdict.features)
                                for i in range(len(self.drafters))])
             if q.sampling.greedy:  # p too: gamma = rho = 1{d = x}
-                return greedy_stats(drafts, new.numpy())
-            V = self.target.vocab_size  # coupled: gamma = p(d), the coupled rule's acceptance
-            return position_stats(verdict.p, [PointMass(torch.from_numpy(d), V) for d in drafts],
-                                  new.to(verdict.p.device))
-        dists = [warp(self._extend(i, new, len(q.seq), verdict.features), q.sampling
-                      ).to(verdict.p.device) for i in range(len(self.drafters))]
-        return position_stats(verdict.p, dists, new.to(verdict.p.device))
+                stats = greedy_stats(drafts, new.numpy())
+            else:  # coupled: gamma = p(d), the coupled rule's acceptance
+                stats = position_stats(verdict.p, [PointMass(torch.from_numpy(d), V)
+                                                   for d in drafts], new.to(verdict.p.device))
+            return self._with_consensus(stats, drafts, stats[0]) if self.consensus else stats
+        preds = [self._extend(i, new, len(q.seq), verdict.features)
+                 for i in range(len(self.drafters))]
+        dists = [warp(pred, q.sampling).to(verdict.p.device) for pred in preds]
+        stats = position_stats(verdict.p, dists, new.to(verdict.p.device))
+        if not self.consensus:
+            return stats
+        drafts = np.stack([warp(pred, GREEDY).tokens.cpu().numpy() for pred in preds])
+        return self._with_consensus(stats, drafts, PointMass(
+            torch.from_numpy(drafts).to(verdict.p.device), V).overlap(verdict.p))
+
+    @staticmethod
+    def _with_consensus(stats: tuple, drafts: np.ndarray, p_drafts) -> tuple:
+        """``(gamma, rho, proposes, argmax, p_argmax)`` with the consensus's row appended to
+        each: ``NaN`` / never / ``-1`` / ``NaN`` (the book scores its windows from the
+        others' ``argmax``, ``drafts``, and ``p_argmax``, ``p_drafts``)."""
+        def grow(x, fill):
+            x = np.asarray(x.cpu() if isinstance(x, torch.Tensor) else x)
+            return np.concatenate([x, np.full((1, x.shape[1]), fill, x.dtype)])
+
+        gamma, rho, proposes = stats
+        return (grow(gamma, np.nan), grow(rho, np.nan), grow(proposes, False),
+                grow(drafts, -1), grow(p_drafts, np.nan))
 
     def stats(self) -> dict:
         return {}
@@ -290,6 +348,9 @@ class HedgeSpecDecoder(RoundLoop):
         48 tokens).
     batched : bool, default True
         EAGLE heads only: evaluate same-architecture heads in one vmapped call.
+    consensus : bool, default False
+        Single drafts only: one more drafter, last, named ``"consensus"``: the majority path
+        of every drafter's greedy draft, a point mass (:class:`ChainScheme`).
     **settings
         The fields of :class:`~spec_adapters.decoding.loop.PolicySettings`: ``policy``,
         ``loss``, ``delay``, ``carry_state``, ``cost_aware`` (single drafts only).
@@ -304,19 +365,24 @@ class HedgeSpecDecoder(RoundLoop):
     Raises
     ------
     ValueError
-        Empty drafter pool, heads mixed with other drafters, the same drafter object in two
-        slots, a drafter whose vocabulary differs from the target's, ``K < 1``, a ``tree``
-        for single drafts or one whose depth is not ``draft_length``, an unknown setting,
+        Empty drafter pool, heads mixed with other drafters, ``consensus`` with heads, the
+        same drafter object in two slots, a drafter whose vocabulary differs from the
+        target's, ``K < 1``, a ``tree`` for single drafts or one whose depth is not
+        ``draft_length``, an unknown setting,
         policy, loss or delay, ``cost_aware`` with a bandit or fixed policy or with heads.
     """
 
     def __init__(self, target, drafters, draft_length: int | None = None, *, tree=None,
-                 batched: bool = True, **settings) -> None:
+                 batched: bool = True, consensus: bool = False, **settings) -> None:
         policy = PolicySettings.of(**settings)
         drafters = [] if drafters is None else list(drafters)
         if not drafters:
             raise ValueError("empty drafter pool: pass at least one drafter")
+        if not isinstance(consensus, bool):
+            raise ValueError(f"consensus must be True or False, got {consensus!r}")
         build = scheme_builder(drafters)
+        if build is not None and consensus:
+            raise ValueError("consensus=True is for single drafts: EAGLE heads draft trees")
         if build is not None:
             scheme = build(target, drafters, draft_length, tree, batched)
             if policy.cost_aware:
@@ -326,12 +392,13 @@ class HedgeSpecDecoder(RoundLoop):
             if tree is not None:
                 raise ValueError("tree= applies to EAGLE heads; single drafts take "
                                  "draft_length")
-            scheme = self._chain(target, drafters, 5 if draft_length is None else draft_length)
+            scheme = self._chain(target, drafters, 5 if draft_length is None else draft_length,
+                                 consensus)
         self.drafters = list(scheme.drafters)
         super().__init__(scheme, policy)
 
     @staticmethod
-    def _chain(target, drafters: list, k) -> ChainScheme:
+    def _chain(target, drafters: list, k, consensus: bool) -> ChainScheme:
         if isinstance(k, bool) or not isinstance(k, int | np.integer) or k < 1:
             raise ValueError(f"draft_length (K) must be an integer >= 1, got {k!r}")
         drafters = expand_drafters(drafters)
@@ -345,4 +412,4 @@ class HedgeSpecDecoder(RoundLoop):
                              f"layers {sorted(layers)}: one verification pass captures one set")
         if layers:
             target = target.reading(layers.pop())
-        return ChainScheme(target, drafters, int(k))
+        return ChainScheme(target, drafters, int(k), consensus)

@@ -188,6 +188,10 @@ class DraftScheme(Protocol):
         ``True`` if the scheme honours ``Query.coupled`` (a sampled request drawing from its
         own generator drafts point masses and verifies them by the coupled rule); absent
         means ``False``: ``generate(generator=...)`` is refused.
+    consensus : dict, optional
+        ``{slot: member slots}`` of consensus slots, scored per window from the members'
+        argmaxes (``evaluate`` then also returns ``argmax, p_argmax``;
+        :class:`~spec_adapters.selection.book.RoundBook`); absent means none.
     """
 
     target: TargetModel
@@ -362,7 +366,7 @@ class RoundLoop:
             session = SelectionSession(
                 policy, len(self.scheme.names), self.draft_length,
                 loss="time" if self.cost_aware else self.loss, corrected=not sampling.greedy,
-                first_position=prompt.numel())
+                first_position=prompt.numel(), consensus=getattr(self.scheme, "consensus", None))
             gen = generator
             if gen is None:
                 gen = torch.Generator(device=self.target.device)

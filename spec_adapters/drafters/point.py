@@ -52,6 +52,7 @@ import numpy as np
 
 from spec_adapters.drafters.ngram_kernel import NGramTables, longest_match_draft, warm_up
 from spec_adapters.drafters.suffix_index import MAX_DEPTH, MAX_TOKENS, SuffixIndex, SuffixRule
+from spec_adapters.drafters.vote import majority_path
 
 __all__ = ["Consensus", "CorpusNGram", "PointDrafter", "PromptLookup", "Proposal", "SuffixDraft",
            "consensus_rows", "propose_all", "solo_seconds"]
@@ -142,17 +143,10 @@ def consensus_rows(drafters: Sequence[PointDrafter]) -> dict[int, list[int]]:
 class Consensus(PointDrafter):
     """The pool's majority draft: the path most of the other drafters' drafts agree on.
 
-    From the members' drafts ``d_m`` (each a path of up to ``k`` tokens), depth by depth:
-    the members still on the path so far that draft a token there vote for it; the token
-    with the most votes extends the path (a tie: the token of the earliest member among the
-    tied), and only its voters stay on the path. The draft stops where no member on the path
-    drafts. Confidence: the winning share of the votes at that depth,
-
-    .. math:: c_j = \\frac{|\\{m \\in A_j : d_{mj} = x_j\\}|}{|\\{m \\in A_j : d_{mj}
-              \\text{ drafted}\\}|}, \\qquad A_{j+1} = \\{m \\in A_j : d_{mj} = x_j\\},
-
-    so the running product ``prod_{l<=j} c_l`` is the share of the first depth's voters
-    behind the whole path up to ``j`` (what a stop rule thresholds).
+    The rule is :func:`~spec_adapters.drafters.vote.majority_path` over the members' drafts
+    (depth by depth the most voted token among the members still on the path; ties: the
+    earliest member's); the confidence of a token is its share of that depth's votes, so a
+    stop rule's running product is the share of the first depth's voters behind the path.
 
     Why. Drafters that agree are right more often than any one of them: on 35 held-out
     prompts (SmolLM2-135M, K = 4, a decode simulated against the target's own answers) this
@@ -193,21 +187,7 @@ class Consensus(PointDrafter):
     def vote(tokens: np.ndarray) -> Proposal:
         """The majority path of the members' draft table ``tokens`` ``(M, k)`` (``-1``: no
         draft there; the members' own confidences are not read: their scales differ)."""
-        rows = np.asarray(tokens).tolist()  # a dozen members: plain Python beats numpy calls
-        on_path = list(range(len(rows)))
-        out, share = [], []
-        for j in range(np.shape(tokens)[1]):
-            votes: dict[int, int] = {}  # in the order of each token's earliest voter
-            for m in on_path:
-                if rows[m][j] >= 0:
-                    votes[rows[m][j]] = votes.get(rows[m][j], 0) + 1
-            if not votes:
-                break
-            x = max(votes, key=votes.__getitem__)  # the first of the tied: earliest voter
-            out.append(x)
-            share.append(votes[x] / sum(votes.values()))
-            on_path = [m for m in on_path if rows[m][j] == x]
-        return Proposal(np.asarray(out, np.int64), np.asarray(share, np.float64))
+        return Proposal(*majority_path(tokens))
 
 
 class PromptLookup(PointDrafter):

@@ -35,7 +35,9 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-__all__ = ["RoundBook", "Window", "greedy_stats"]
+from spec_adapters.drafters.vote import majority_path
+
+__all__ = ["RoundBook", "Window", "consensus_stats", "greedy_stats"]
 
 
 def greedy_stats(drafts: np.ndarray, tokens: np.ndarray
@@ -62,6 +64,53 @@ def greedy_stats(drafts: np.ndarray, tokens: np.ndarray
     """
     hit = (drafts == tokens).astype(np.float64)
     return hit, hit, drafts >= 0
+
+
+def consensus_stats(argmax: np.ndarray, p_argmax: np.ndarray, tokens: np.ndarray
+                    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    r"""A consensus drafter's statistics over one round's window, from its members'.
+
+    A consensus drafts the majority path of its members' drafts made where the round starts
+    (:func:`~spec_adapters.drafters.vote.majority_path`), so its token at a position depends
+    on where the draft started: it has no per-position row of its own, and its window is
+    scored here. A member on the path at depth ``j`` has drafted the verified tokens before
+    ``j`` (for the depth to count the path must have been accepted so far), so its token at
+    ``j`` is its argmax given the verified prefix, ``argmax[m, j]``, the same per-position
+    prediction every other drafter is scored by. The path it would have drafted is then
+    ``w = majority_path(argmax)`` and, a point mass (Theorem 1),
+
+    .. math:: \gamma_j = p_j(w_j), \qquad \rho_j = \min(1, 1\{w_j = x_j\} / p_j(x_j))
+              = 1\{w_j = x_j\},
+
+    ``p_j(w_j)`` read off ``p_argmax`` at a member whose argmax is ``w_j``; from where the path
+    stops, nothing is proposed (``gamma = rho = 0``).
+
+    Parameters
+    ----------
+    argmax : numpy.ndarray
+        ``(M, K)`` int, the members' argmaxes at the window's positions, in the consensus's
+        tie-breaking order (``-1``: the member abstains there).
+    p_argmax : numpy.ndarray
+        ``(M, K)`` float, the target's warped probability of each of those tokens (greedy:
+        ``1{argmax = x}``; any value where ``argmax`` is ``-1``).
+    tokens : numpy.ndarray
+        ``(K,)`` int, the verified tokens.
+
+    Returns
+    -------
+    gamma, rho, proposes : numpy.ndarray
+        ``(K,)``: float64, float64, bool.
+    """
+    argmax = np.asarray(argmax)
+    path, _share = majority_path(argmax)
+    n = path.size
+    gamma, rho = np.zeros(argmax.shape[1]), np.zeros(argmax.shape[1])
+    proposes = np.arange(argmax.shape[1]) < n
+    if n:
+        voter = np.argmax(argmax[:, :n] == path, 0)  # the first member with each path token
+        gamma[:n] = np.asarray(p_argmax)[voter, np.arange(n)]
+        rho[:n] = path == np.asarray(tokens)[:n]
+    return gamma, rho, proposes
 
 
 class Window(NamedTuple):
@@ -100,6 +149,11 @@ class RoundBook:
     corrected : bool, default True
         Windows feed the corrected (unbiased) acceptance-length estimator (the decoders pass
         ``temperature > 0``); irrelevant under greedy decoding, where both forms coincide.
+    consensus : dict, optional
+        ``{row: member rows}``: rows that are consensus drafters over those members, scored
+        per window by :func:`consensus_stats` from the members' per-position ``argmax`` and
+        ``p_argmax`` that :meth:`record` then needs (their own per-position statistics are
+        not read: record ``NaN`` there).
 
     Notes
     -----
@@ -109,8 +163,16 @@ class RoundBook:
     :attr:`gamma` / :attr:`rho` concatenate the per-position history once, when asked.
     """
 
-    def __init__(self, n: int, draft_length: int, corrected: bool = True) -> None:
+    def __init__(self, n: int, draft_length: int, corrected: bool = True,
+                 consensus: dict[int, list[int]] | None = None) -> None:
         self.n, self.k, self.corrected = int(n), int(draft_length), bool(corrected)
+        self.consensus = {int(c): [int(m) for m in ms] for c, ms in (consensus or {}).items()}
+        rows = [r for c, ms in self.consensus.items() for r in (c, *ms)]
+        if any(not 0 <= r < self.n for r in rows) or any(
+                c in ms or set(ms) & self.consensus.keys() or not ms
+                for c, ms in self.consensus.items()):
+            raise ValueError(f"consensus must map rows in [0, {self.n}) to non-empty lists of "
+                             f"other, non-consensus rows, got {consensus!r}")
         self.reset(0)
 
     def reset(self, first_position: int) -> None:
@@ -123,6 +185,8 @@ class RoundBook:
         self._live_gamma = np.zeros((self.n, 0))
         self._live_rho = np.zeros((self.n, 0))
         self._live_proposes = np.zeros((self.n, 0), bool)
+        self._live_argmax = np.zeros((self.n, 0), np.int64)  # with consensus rows only
+        self._live_p_argmax = np.zeros((self.n, 0))
 
     def open(self, round_id: int, start: int, drafts: np.ndarray | None = None,
              data: Any = None) -> None:
@@ -158,10 +222,13 @@ class RoundBook:
                 raise ValueError(f"drafts must be ({self.n}, {self.k}), got {drafts.shape}")
         self.open_rounds[round_id] = (int(start), drafts, data)
 
-    def record(self, tokens, gamma=None, rho=None, proposes=None) -> None:
+    def record(self, tokens, gamma=None, rho=None, proposes=None, argmax=None, p_argmax=None
+               ) -> None:
         """Append the next ``m`` verified ``tokens`` and, for rounds opened without drafts, every
         drafter's ``gamma, rho`` ``(n, m)`` there (numpy arrays or tensors; ``proposes``, bool,
-        ``None``: everywhere, marks where each drafter would have drafted at all)."""
+        ``None``: everywhere, marks where each drafter would have drafted at all); with
+        consensus rows also every drafter's ``argmax`` there (int, ``-1``: abstains) and the
+        target's warped probability of it, ``p_argmax`` (:func:`consensus_stats`)."""
         tokens = np.asarray(tokens, np.int64).reshape(-1)
         m = tokens.size
         if gamma is None and not self.open_rounds:  # no round reads them (a new round starts
@@ -176,6 +243,14 @@ class RoundBook:
                 raise ValueError(f"gamma, rho and proposes must all be ({self.n}, {m}) for {m} "
                                  f"tokens, got {gamma.shape}, {rho.shape} and "
                                  f"{proposes.shape}")
+            if self.consensus:
+                if argmax is None or p_argmax is None:
+                    raise ValueError("a book with consensus rows records every drafter's "
+                                     "argmax and p_argmax with the statistics")
+                argmax, p_argmax = np.asarray(argmax, np.int64), _float64(p_argmax)
+                if argmax.shape != gamma.shape or p_argmax.shape != gamma.shape:
+                    raise ValueError(f"argmax and p_argmax must be ({self.n}, {m}), got "
+                                     f"{argmax.shape} and {p_argmax.shape}")
             # the statistics cover the live positions up to here (NaN where none came)
             self._pad_statistics(self.end - self._live)
             if not np.isnan(gamma).all():
@@ -184,6 +259,9 @@ class RoundBook:
             self._live_gamma = np.concatenate([self._live_gamma, gamma], 1)
             self._live_rho = np.concatenate([self._live_rho, rho], 1)
             self._live_proposes = np.concatenate([self._live_proposes, proposes], 1)
+            if self.consensus:
+                self._live_argmax = np.concatenate([self._live_argmax, argmax], 1)
+                self._live_p_argmax = np.concatenate([self._live_p_argmax, p_argmax], 1)
         # without statistics (point-mass drafters): rounds opened with drafts read the tokens
         # alone; one opened without finds NaN there (pop_completed says so)
         self._live_tokens = np.concatenate([self._live_tokens, tokens])
@@ -199,6 +277,10 @@ class RoundBook:
             self._live_rho = np.concatenate([self._live_rho, nan], 1)
             self._live_proposes = np.concatenate(
                 [self._live_proposes, np.zeros((self.n, gap), bool)], 1)
+            if self.consensus:
+                self._live_argmax = np.concatenate(
+                    [self._live_argmax, np.full((self.n, gap), -1, np.int64)], 1)
+                self._live_p_argmax = np.concatenate([self._live_p_argmax, nan], 1)
 
     @property
     def gamma(self) -> np.ndarray:
@@ -227,6 +309,8 @@ class RoundBook:
                 self._pad_statistics(hi)
                 gamma, rho = self._live_gamma[:, lo:hi], self._live_rho[:, lo:hi]
                 proposes = self._live_proposes[:, lo:hi]
+                if self.consensus:
+                    gamma, rho, proposes = self._consensus_window(gamma, rho, proposes, lo, hi)
                 if np.isnan(gamma).any():
                     raise ValueError(f"round {rid} was opened without drafts but positions "
                                      f"{start}..{start + self.k - 1} were recorded without "
@@ -238,6 +322,20 @@ class RoundBook:
             del self.open_rounds[rid]
         self._drop_unread()
         return out
+
+    def _consensus_window(self, gamma, rho, proposes, lo: int, hi: int):
+        """Copies of a window's statistics with the consensus rows scored
+        (:func:`consensus_stats`; unscorable, ``NaN``, where a member's argmax was not
+        recorded)."""
+        gamma, rho, proposes = gamma.copy(), rho.copy(), proposes.copy()
+        for c, members in self.consensus.items():
+            p_argmax = self._live_p_argmax[members, lo:hi]
+            argmax = self._live_argmax[members, lo:hi]
+            if np.isnan(p_argmax[argmax >= 0]).any() or np.isnan(gamma[members]).any():
+                continue  # left NaN: pop_completed says so
+            gamma[c], rho[c], proposes[c] = consensus_stats(
+                argmax, p_argmax, self._live_tokens[lo:hi])
+        return gamma, rho, proposes
 
     def close(self) -> list[int]:
         """Take out every open round (generation stopped before its window completed); their
@@ -256,6 +354,8 @@ class RoundBook:
             self._live_gamma = self._live_gamma[:, cut:]
             self._live_rho = self._live_rho[:, cut:]
             self._live_proposes = self._live_proposes[:, cut:]
+            self._live_argmax = self._live_argmax[:, cut:]
+            self._live_p_argmax = self._live_p_argmax[:, cut:]
             self._live = keep
 
 

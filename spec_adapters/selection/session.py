@@ -192,6 +192,9 @@ class SelectionSession:
         Shared acceptance (and warm-start learner) of the requests' stream.
     first_position : int, default 0
         The verified length when the request starts (its prompt's).
+    consensus : dict, optional
+        ``{drafter: member drafters}``: consensus drafters scored per window from their
+        members' per-position argmaxes (:class:`~.book.RoundBook`; the transformers loop).
 
     Raises
     ------
@@ -202,7 +205,8 @@ class SelectionSession:
 
     def __init__(self, policy, n_drafters: int, max_k: int, *, loss: str = "time",
                  rules: StopRules | None = None, corrected: bool = False,
-                 stream: Stream | None = None, first_position: int = 0) -> None:
+                 stream: Stream | None = None, first_position: int = 0,
+                 consensus: dict[int, list[int]] | None = None) -> None:
         self.options = options_per_drafter(max_k, loss, rules)
         n_experts = int(n_drafters) * self.options
         if getattr(policy, "n", n_experts) != n_experts:
@@ -210,7 +214,7 @@ class SelectionSession:
                              f"{self.options} options make {n_experts}")
         self.policy, self.n, self.K = policy, int(n_drafters), int(max_k)
         self.loss, self.rules, self.stream = loss, rules, stream
-        self.book = RoundBook(self.n, self.K, corrected=corrected)
+        self.book = RoundBook(self.n, self.K, corrected=corrected, consensus=consensus)
         self.book.reset(first_position)
         self.acceptance = AcceptanceBook(self.n, self.K)
         self.rule_lengths: dict[int, np.ndarray] = {}
@@ -256,10 +260,11 @@ class SelectionSession:
         expert's ``loss`` (:func:`~.policies.bandit_loss`, :func:`~.policies.block_loss`)."""
         self.policy.feed(play.round_id, loss)
 
-    def record(self, tokens, gamma=None, rho=None, proposes=None) -> None:
+    def record(self, tokens, gamma=None, rho=None, proposes=None, argmax=None, p_argmax=None
+               ) -> None:
         """The next verified ``tokens`` (with per-position statistics where rounds read
-        them: :meth:`RoundBook.record`)."""
-        self.book.record(tokens, gamma, rho, proposes)
+        them, and the argmaxes a consensus is scored from: :meth:`RoundBook.record`)."""
+        self.book.record(tokens, gamma, rho, proposes, argmax, p_argmax)
 
     def feed(self, costs: np.ndarray | Callable[[], np.ndarray] | None = None,
              tau: Tau = None) -> list[Scored]:

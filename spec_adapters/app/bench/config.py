@@ -9,13 +9,15 @@ __all__ = ["DECODER_POLICIES", "POLICIES", "PRESETS", "TOP_P", "VARIANTS", "Benc
 
 TOP_P = 0.9  # the chat setting's nucleus, with a temperature (hedgespec bench-vllm)
 
-POLICIES = ("normalhedge", "normalhedge-cost", "normalhedge-carry", "hedge", "adahedge",
-            "exp3spec", "ucbspec", "metasd-ucb")
-# a benchmark method name -> (the decoder's policy, cost_aware, carry_state): "-carry" keeps the
-# learner's state from one query of the stream to the next (the paper resets it per query)
-DECODER_POLICIES = {m: (m, False, False) for m in POLICIES} | {
-    "normalhedge-cost": ("normalhedge", True, False),
-    "normalhedge-carry": ("normalhedge", False, True)}
+POLICIES = ("normalhedge", "normalhedge-cost", "normalhedge-cost-consensus",
+            "normalhedge-carry", "hedge", "adahedge", "exp3spec", "ucbspec", "metasd-ucb")
+# a benchmark method name -> (the decoder's policy, cost_aware, carry_state, consensus):
+# "-carry" keeps the learner's state from one query of the stream to the next (the paper
+# resets it per query); "-consensus" adds the pool's majority draft as one more drafter
+DECODER_POLICIES = {m: (m, False, False, False) for m in POLICIES} | {
+    "normalhedge-cost": ("normalhedge", True, False, False),
+    "normalhedge-cost-consensus": ("normalhedge", True, False, True),
+    "normalhedge-carry": ("normalhedge", False, True, False)}
 VARIANTS = {
     "prefix": "You are a careful assistant. Read the request below and reply helpfully.\n\n{p}",
     "twice": "{p}\n\nAnswer twice and pick the better answer.",
@@ -150,10 +152,13 @@ PRESETS: dict[str, BenchConfig] = {
                          pool_sizes=(), overhead=False),
     # the headline setting (docs/benchmark.md, "Current results"): 3 prompts per domain, 128
     # tokens, greedy and 0.7; transformers as users run it (generate, its prompt lookup, its
-    # static cache compiled), our target step compiled, cost-aware HedgeSpec verifying through it
+    # static cache compiled), our target step compiled, cost-aware HedgeSpec verifying through
+    # it, without and with the consensus drafter
     "headline": BenchConfig(queries_per_domain=3, sampled_queries_per_domain=3,
-                            max_new_tokens=128, policies=("normalhedge-cost",),
-                            sampled_policies=("normalhedge-cost",), hf_static_compiled=True,
+                            max_new_tokens=128,
+                            policies=("normalhedge-cost", "normalhedge-cost-consensus"),
+                            sampled_policies=("normalhedge-cost", "normalhedge-cost-consensus"),
+                            hf_static_compiled=True,
                             rows_first_target=True, compile_target=True, fixed=False,
                             sampled_fixed=False, variant_queries_per_domain=0,
                             router_accuracy_prompts=0, pool_sizes=(), overhead=False),

@@ -21,7 +21,8 @@ Sections (each a list of *runs*; one run = one method on one prompt, one JSONL r
               HedgeSpec cost-aware ``normalhedge-cost`` (NormalHedge over the experts
               ``(drafter, k)``, ``k = 0 .. K``, with the time-per-token loss of
               :mod:`spec_adapters.selection.experts`; its step costs are measured online and
-              kept across the queries of one process), BanditSpec ``exp3spec`` / ``ucbspec``
+              kept across the queries of one process; ``normalhedge-cost-consensus`` with
+              the pool's majority draft as one more drafter), BanditSpec ``exp3spec`` / ``ucbspec``
               and MetaSD's ``metasd-ucb`` (UCB1 on the chosen drafter's mean gamma over its
               drafted block).
 ``variant``   router robustness (Table 4 analog): natural variants of the prompts; the router's
@@ -201,10 +202,12 @@ def _decoder(model, drafters, k, method, compiled: bool = False):
     from spec_adapters.decoding.chain import HedgeSpecDecoder
     from spec_adapters.hf.target import TargetModel
 
-    policy, cost_aware, carry = DECODER_POLICIES.get(method, (method, False, False))
+    policy, cost_aware, carry, consensus = DECODER_POLICIES.get(
+        method, (method, False, False, False))
     drafters = [_own(d) for d in drafters]
     return HedgeSpecDecoder(TargetModel(model, compiled=compiled), drafters, draft_length=k,
-                            policy=policy, cost_aware=cost_aware, carry_state=carry)
+                            policy=policy, cost_aware=cost_aware, carry_state=carry,
+                            consensus=consensus)
 
 
 def _own(drafter):

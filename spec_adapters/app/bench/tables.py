@@ -16,6 +16,7 @@ LABELS = {"target": "target alone", "generalist": "generalist (n-gram, mix)",
           "exp3spec": "EXP3Spec", "ucbspec": "UCBSpec", "metasd-ucb": "MetaSD-UCB",
           "normalhedge": "HedgeSpec (NormalHedge)",
           "normalhedge-cost": "HedgeSpec cost-aware (NormalHedge, (drafter, k))",
+          "normalhedge-cost-consensus": "HedgeSpec cost-aware with the consensus drafter",
           "hedge": "HedgeSpec (Hedge)", "adahedge": "HedgeSpec (AdaHedge)",
           "normalhedge-carry": "HedgeSpec (NormalHedge, carried across the stream)",
           "oracle": "hindsight oracle", "hf-prompt-lookup": "HF prompt lookup",
@@ -30,7 +31,7 @@ MAIN_ORDER = ("target", "hf-static-compiled", "target-rows-first", "hf-prompt-lo
               "fixed:prompt-lookup", "fixed:suffix", "fixed:suffix-no-memory",
               "fixed:ngram-union", "generalist", "specialist", "router", "exp3spec", "ucbspec",
               "metasd-ucb", "normalhedge", "normalhedge-carry", "hedge", "adahedge",
-              "normalhedge-cost", "oracle")
+              "normalhedge-cost", "normalhedge-cost-consensus", "oracle")
 
 
 def _domains(table: dict) -> list[str]:
