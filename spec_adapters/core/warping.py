@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 import torch
 
-__all__ = ["GREEDY_BELOW", "SamplingConfig"]
+__all__ = ["GREEDY_BELOW", "SamplingConfig", "top_p_drop"]
 
 GREEDY_BELOW = 1e-5  # a temperature below this is greedy (vLLM's _SAMPLING_EPS)
 
@@ -122,14 +122,67 @@ class SamplingConfig:
             kth = torch.topk(x, self.top_k, dim=-1).values[..., -1:]
             x = x.masked_fill(x < kth, -math.inf)
         if self.top_p < 1.0:
-            sorted_x, order = torch.sort(x, dim=-1, descending=True, stable=True)
-            sorted_p = torch.softmax(sorted_x, dim=-1)
-            mass_before = sorted_p.cumsum(-1) - sorted_p
-            drop_sorted = mass_before >= self.top_p
-            drop_sorted[..., 0] = False
-            drop = torch.zeros_like(drop_sorted).scatter(-1, order, drop_sorted)
-            x = x.masked_fill(drop, -math.inf)
+            x = x.masked_fill(top_p_drop(x, self.top_p), -math.inf)
         return torch.softmax(x, dim=-1)
+
+
+CANDIDATES = (64, 1024)  # how many of a row's largest logits hold its nucleus, tried in turn
+_SLACK = 1e-6  # relative margin on the candidates' mass: closer to top_p, try more of them
+
+
+def top_p_drop(x: torch.Tensor, top_p: float) -> torch.Tensor:
+    """Where the nucleus rule drops a token of rows ``x`` ``(..., V)`` of scaled logits.
+
+    Ranked by ``x`` descending (among equal values the lower token id first), token ``j`` is
+    kept when the softmax mass ranked above it is below ``top_p``,
+
+    .. math:: A_j = \\sum_{i \\text{ ranked above } j} \\pi_i < p, \\qquad
+              \\pi = \\operatorname{softmax}(x),
+
+    so the kept set is a prefix of the ranking (the first token always kept) and only that
+    prefix needs ordering: a row's ``m`` largest logits (``topk``, no sort of the vocabulary)
+    settle it when they hold at least ``top_p`` of the mass (the first token outside them has
+    ``A >= top_p``) and no token outside them ties the smallest; a row they do not settle (a
+    flat one) tries more candidates (:data:`CANDIDATES`), then the whole row's stable sort.
+    The same set as the sort's up to float rounding where ``A_j`` is within ~1e-7 of
+    ``top_p`` (the softmax's normaliser is summed in another order). A sort of SmolLM2's
+    49,152 logits took 5.5 ms a row on 2 cores, as long as a fifth of its forward; the
+    candidates ~0.3 ms.
+
+    Returns
+    -------
+    torch.Tensor
+        bool, the shape of ``x``: ``True`` where the token is dropped.
+    """
+    V = x.shape[-1]
+    rows = x.reshape(-1, V)
+    drop = torch.ones(rows.shape, dtype=torch.bool, device=x.device)
+    pi = torch.softmax(rows, dim=-1)
+    todo = torch.arange(rows.shape[0], device=x.device)
+    for m in CANDIDATES:
+        if todo.numel() == 0 or m >= V:
+            break
+        vals, idx = rows[todo].topk(m, dim=-1)
+        # no token outside ties the smallest candidate (masked ones, -inf, are dropped anyway)
+        whole = ((rows[todo] >= vals[:, -1:]).sum(-1) == m) | (vals[:, -1] == -math.inf)
+        settled = whole & (pi[todo].gather(1, idx).sum(-1) >= top_p * (1 + _SLACK))
+        if settled.any():
+            # the candidates in the sort's order: value descending, the lower id first
+            by_id = idx[settled].sort(dim=-1).values
+            order = by_id.gather(1, rows[todo[settled]].gather(1, by_id).argsort(
+                dim=-1, descending=True, stable=True))
+            mass = pi[todo[settled]].gather(1, order)
+            kept = mass.cumsum(-1) - mass < top_p
+            kept[:, 0] = True
+            drop[todo[settled]] = drop[todo[settled]].scatter(1, order, ~kept)
+        todo = todo[~settled]
+    if todo.numel():  # the whole row's stable sort
+        sorted_x, order = torch.sort(rows[todo], dim=-1, descending=True, stable=True)
+        sorted_p = torch.softmax(sorted_x, dim=-1)
+        drop_sorted = sorted_p.cumsum(-1) - sorted_p >= top_p
+        drop_sorted[:, 0] = False
+        drop[todo] = torch.zeros_like(drop_sorted).scatter(1, order, drop_sorted)
+    return drop.view(x.shape)
 
 
 # --------------------------------------------------------------------------------------------

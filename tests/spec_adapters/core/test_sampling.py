@@ -22,6 +22,7 @@ from spec_adapters.core.sampling import (
     tree_accept_distribution,
     tree_children,
 )
+from spec_adapters.core.warping import top_p_drop
 
 torch.set_num_threads(1)
 F64 = torch.float64
@@ -416,3 +417,47 @@ def test_check_distribution_tolerance_grows_with_the_vocabulary():
         check_distribution(p * 1.05, "q")
     with pytest.raises(ValueError, match="does not sum to 1"):
         check_distribution(torch.full((4,), 0.2501), "q")
+
+
+def _sorted_drop(x: torch.Tensor, top_p: float) -> torch.Tensor:
+    """The nucleus rule by a stable sort of the whole row (the reference)."""
+    sorted_x, order = torch.sort(x, dim=-1, descending=True, stable=True)
+    sorted_p = torch.softmax(sorted_x, dim=-1)
+    drop_sorted = sorted_p.cumsum(-1) - sorted_p >= top_p
+    drop_sorted[..., 0] = False
+    return torch.zeros_like(drop_sorted).scatter(-1, order, drop_sorted)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, F64])
+def test_top_p_without_the_sort_keeps_the_sorts_set(dtype):
+    """Peaked rows (settled by the candidates), flat ones (the sort's fallback), ties at and
+    across the candidates' edge, top-k's masked tokens, a batch shape: the same tokens."""
+    g = torch.Generator().manual_seed(3)
+    V = 3000
+    rows = [torch.randn(V, generator=g, dtype=dtype) * s for s in (0.3, 1.0, 3.0, 8.0)]
+    tied = torch.randn(V, generator=g, dtype=dtype) * 3.0
+    top = tied.topk(70).indices
+    tied[top[40:70]] = float(tied[top[40]])  # 30 equal logits across the 64th place
+    rows.append(tied)
+    flat = torch.zeros(V, dtype=dtype)
+    flat[:5] = 2.0  # ties everywhere: the stable sort's order decides
+    rows.append(flat)
+    even = torch.full((V,), -10.0, dtype=dtype)
+    even[torch.randperm(V, generator=g)[:10]] = 5.0  # the cut falls among ten equal logits
+    rows.append(even)
+    masked = torch.randn(V, generator=g, dtype=dtype) * 2.0
+    masked[masked < masked.topk(20).values[-1]] = -math.inf  # what top_k = 20 leaves
+    rows.append(masked)
+    x = torch.stack(rows).view(8, 1, V)
+    for p in (0.1, 0.5, 0.9, 0.95, 0.999):
+        got = top_p_drop(x, p)
+        assert got.shape == x.shape
+        assert torch.equal(got, _sorted_drop(x, p)), p
+        assert not got[..., x.argmax(-1)].all()  # the most probable token is always kept
+
+
+def test_a_top_p_warp_of_a_large_vocabulary_matches_naive_warping():
+    x = torch.randn(2, 500, dtype=F64, generator=torch.Generator().manual_seed(4)) * 4
+    cfg = SamplingConfig(temperature=0.7, top_k=100, top_p=0.9)
+    for row, got in zip(x.tolist(), cfg.probs(x).tolist(), strict=True):
+        assert got == pytest.approx(naive_warp(row, 0.7, 100, 0.9), abs=1e-12)
