@@ -37,6 +37,9 @@ class BenchConfig:
         stream); 0 skips it.
     max_new_tokens, draft_length : int
     temperature : float
+    top_p : float
+        The sampled stream's nucleus, in ``(0, 1]``, for every method (1.0: none; the other
+        engines' chat setting is :data:`TOP_P`).
     policies : tuple of str
         Learners to run greedy (subset of :data:`POLICIES`).
     sampled_policies, poolsize_policies : tuple of str
@@ -92,6 +95,7 @@ class BenchConfig:
     max_new_tokens: int = 64
     draft_length: int = 4
     temperature: float = 0.7
+    top_p: float = 1.0
     policies: tuple[str, ...] = POLICIES
     sampled_policies: tuple[str, ...] = ("normalhedge", "exp3spec", "ucbspec")
     hf_lookup: bool = True
@@ -115,6 +119,8 @@ class BenchConfig:
                if p not in POLICIES]
         if bad:
             raise ValueError(f"unknown policies {bad}; expected a subset of {POLICIES}")
+        if not 0.0 < self.top_p <= 1.0:
+            raise ValueError(f"top_p must be in (0, 1], got {self.top_p!r}")
         if self.queries_per_domain < 1 or self.max_new_tokens < 1 or self.draft_length < 1:
             raise ValueError("queries_per_domain, max_new_tokens and draft_length must be >= 1")
         self.policies = tuple(self.policies)

@@ -125,17 +125,18 @@ class _CallCounter:
 
 
 def run_target(model, ids, max_new_tokens: int, temperature: float, seed: int,
-               prompt_lookup: int | None = None, cache=None) -> dict:
+               prompt_lookup: int | None = None, cache=None, top_p: float = 1.0) -> dict:
     """The target alone (``model.generate``), or with transformers' prompt lookup, or (``cache``:
-    a transformers cache object, emptied first) generating into ``cache``; ``token_seconds``
-    from a :class:`~spec_adapters.app.bench.measure.TokenClock` streamer."""
+    a transformers cache object, emptied first) generating into ``cache``, sampled with
+    ``top_p`` above temperature 0; ``token_seconds`` from a
+    :class:`~spec_adapters.app.bench.measure.TokenClock` streamer."""
     import torch
 
     kw = dict(max_new_tokens=max_new_tokens, attention_mask=torch.ones_like(ids))
     if cache is not None:
         kw["cache"] = cache
     if temperature > 0:
-        kw.update(do_sample=True, temperature=temperature, top_p=1.0, top_k=0)
+        kw.update(do_sample=True, temperature=temperature, top_p=top_p, top_k=0)
     else:
         kw.update(do_sample=False, temperature=None, top_p=None, top_k=None)
     if prompt_lookup:
@@ -160,10 +161,10 @@ def run_target(model, ids, max_new_tokens: int, temperature: float, seed: int,
 
 
 def run_target_rows_first(model, ids, max_new_tokens: int, temperature: float, seed: int,
-                          compiled: bool = False) -> dict:
+                          compiled: bool = False, top_p: float = 1.0) -> dict:
     """The target alone, one token per step through :class:`TargetModel` (on CPU the
     rows-first twin where it measures faster; compiled with ``compiled``), greedy or sampled
-    at ``temperature``; stops after EOS as ``generate``. The record names the layout
+    at ``temperature`` and ``top_p``; stops after EOS as ``generate``. The record names the layout
     (``"layout"``, ``" compiled"`` appended when compiled)."""
     import torch
 
@@ -171,7 +172,8 @@ def run_target_rows_first(model, ids, max_new_tokens: int, temperature: float, s
     from spec_adapters.decoding.loop import check_eos
     from spec_adapters.hf.target import TargetModel
 
-    target, sampling = TargetModel(model, compiled=compiled), SamplingConfig(temperature)
+    target = TargetModel(model, compiled=compiled)
+    sampling = SamplingConfig(temperature, top_p=top_p if temperature > 0 else 1.0)
     eos = check_eos(model.generation_config.eos_token_id, target.vocab_size)
     gen = torch.Generator().manual_seed(seed)
     t, clock = time.perf_counter(), TokenClock()
@@ -316,14 +318,15 @@ def run_bench(model, tokenizer, pool, domains: dict, cfg: BenchConfig, out_dir,
         bar.set_postfix_str(f"{section} {q.qid} t={temp} {method}" + (f" N={n}" if n else ""))
         ids = chat_ids(tokenizer, q.prompt).view(1, -1)
         seed = _seed_of(cfg, q.qid)
+        top_p = cfg.top_p if temp > 0 else 1.0
         rec = {"section": section, "qid": q.qid, "domain": q.domain, "temperature": temp,
                "method": method, "n": n, "prompt_tokens": int(ids.shape[1])}
         cpu0 = time.process_time()
         if method == "target":
-            rec |= run_target(model, ids, cfg.max_new_tokens, temp, seed)
+            rec |= run_target(model, ids, cfg.max_new_tokens, temp, seed, top_p=top_p)
         elif method == "hf-prompt-lookup":
             rec |= run_target(model, ids, cfg.max_new_tokens, temp, seed,
-                              prompt_lookup=cfg.draft_length)
+                              prompt_lookup=cfg.draft_length, top_p=top_p)
         elif method.startswith("hf-static-compiled"):
             if static is None:
                 static = StaticCompiledTarget(  # room for prompt lookup's last drafts too
@@ -331,22 +334,22 @@ def run_bench(model, tokenizer, pool, domains: dict, cfg: BenchConfig, out_dir,
                     + cfg.max_new_tokens + cfg.draft_length + 1,
                     lookup=cfg.draft_length if cfg.hf_lookup else None)
             rec |= run_target(static.model, ids, cfg.max_new_tokens, temp, seed,
-                              cache=static.cache,
+                              cache=static.cache, top_p=top_p,
                               prompt_lookup=cfg.draft_length if method.endswith("lookup")
                               else None)
         elif method == "target-rows-first":
             rec |= run_target_rows_first(model, ids, cfg.max_new_tokens, temp, seed,
-                                         cfg.compile_target)
+                                         cfg.compile_target, top_p)
         elif method == "router":
             name = pool.router.predict([q.prompt])[0] if pool.router is not None else None
             i = pool.specialist(name) if name else pool.generalist
             rec |= run_decoder(decoder(pool.drafters, f"fixed:{i}"), ids, cfg.max_new_tokens,
-                               temp, seed)
+                               temp, seed, top_p=top_p)
             rec["routed_to"] = name
             rec["seconds"] += router_ms.get("per_prompt_s", 0.0)
         elif section == "poolsize":
             rec |= run_decoder(decoder(_sized_pool(pool, n), method), ids, cfg.max_new_tokens,
-                               temp, seed)
+                               temp, seed, top_p=top_p)
         elif method.startswith("fixed:") and cfg.replay_fixed and temp == 0.0:
             if method not in decoders:  # one drafter per method, kept along the stream
                 decoders[method] = _own(_fixed_drafter(pool, method[6:]))
@@ -360,7 +363,8 @@ def run_bench(model, tokenizer, pool, domains: dict, cfg: BenchConfig, out_dir,
                     decoders[method] = decoder(pool.drafters, method)
             draws = {"generator": torch.Generator().manual_seed(seed)} \
                 if cfg.seeded and temp > 0 else {"seed": seed}  # model.generate's, or its own
-            rec |= run_decoder(decoders[method], ids, cfg.max_new_tokens, temp, **draws)
+            rec |= run_decoder(decoders[method], ids, cfg.max_new_tokens, temp, top_p=top_p,
+                               **draws)
         rec["cpu_seconds"] = time.process_time() - cpu0
         records.add(rec)
     overhead = _overheads(model, tokenizer, pool, domains, cfg, out) if cfg.overhead else {}

@@ -59,14 +59,16 @@ def speed_tables(summary: dict, methods: Sequence[str] = MAIN_ORDER) -> list[str
     the speed-up against the target on the loop-free prefix of each output (with the share of
     the new tokens in those prefixes), for ``methods`` then the fixed drafters."""
     lines = []
+    top_p = summary.get("settings", {}).get("bench", {}).get("top_p", 1.0)
     for temp, t in summary["main"].items():
+        warp = f", top-p {top_p}" if float(temp) > 0 and top_p < 1 else ""
         rows = [m for m in methods if m in t] + sorted(m for m in t if m.startswith("fixed:")
                                                         and m not in methods)
         loops = [s for s in LOOP_SCOPES if any(s in v for v in t.values())]
         scopes = ["mixed", *loops, *_domains(t)]
         for scope in scopes:
             n = max((t[m][scope]["queries"] for m in rows if scope in t[m]), default=0)
-            lines += [f"### Speed, temperature {temp}, {scope}"
+            lines += [f"### Speed, temperature {temp}{warp}, {scope}"
                       + (" stream" if scope == "mixed" else " prompts") + f" ({n})", "",
                       "| method | tok/s | x target | x HF lookup | MAT | non-target ms / round "
                       "| non-target / verify | repeated 5-grams | at cap "

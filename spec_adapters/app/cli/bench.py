@@ -9,8 +9,8 @@ import os
 import time
 from pathlib import Path
 
-from spec_adapters.app.args import floats_arg, folder_arg, int_arg, names_arg
-from spec_adapters.app.bench.config import PRESETS, BenchConfig
+from spec_adapters.app.args import float_arg, floats_arg, folder_arg, int_arg, names_arg
+from spec_adapters.app.bench.config import PRESETS, TOP_P, BenchConfig
 from spec_adapters.app.bench.llamacpp import CPP_TOOLS, METHODS, LlamaCppBenchConfig
 from spec_adapters.app.bench.records import SettingsMismatchError
 from spec_adapters.app.cli.common import (
@@ -88,6 +88,10 @@ def add_bench(sub) -> None:
                         "transformers: 0.0 (the greedy stream, always run) and at most one "
                         "sampling temperature (default: the preset's, 0.0,0.7; 0.0 alone "
                         "skips the sampled stream)")
+    s.add_argument("--top-p", type=float_arg(0.0, 1.0, lo_open=True), default=None,
+                   help=f"transformers: the sampled stream's top-p for every method (default "
+                        f"1.0: none; {TOP_P} is the chat setting the vLLM and llama.cpp "
+                        "benchmarks sample with)")
     s.add_argument("--seeded", action="store_true",
                    help="transformers: sampled HedgeSpec runs draw as model.generate does with "
                         "the prompt's seed (the coupled rule: argmax drafts), so their tokens "
@@ -156,7 +160,8 @@ def bench_config(args: argparse.Namespace) -> BenchConfig:
                           max_new_tokens=args.max_new_tokens, draft_length=args.draft_length,
                           fixed=args.fixed, compile_target=args.compile,
                           temperature=temperature, sampled_queries_per_domain=sampled,
-                          seeded=getattr(args, "seeded", False) or None)
+                          seeded=getattr(args, "seeded", False) or None,
+                          top_p=getattr(args, "top_p", None))
 
 
 def _bench_llamacpp(args: argparse.Namespace) -> int:

@@ -5,6 +5,7 @@ drafters, resuming skips finished runs, and the figures and tables are written."
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from types import SimpleNamespace
 
 import numpy as np
@@ -508,3 +509,30 @@ def test_seeded_sampled_runs_equal_the_targets_sample(run, tmp_path):
     assert all(a == n == len(DOMS) for a, n in same.values()), same
     assert "Sampled output (seeded, the same draws) identical" in markdown_tables(summary)
     assert "sampled_identical" not in run[5]  # the module's run: unseeded
+
+
+def test_a_top_p_stream_samples_every_method_with_it(run, tmp_path):
+    """``top_p``: the target (``generate``), our step alone and HedgeSpec, with and without the
+    consensus, all sample the nucleus: seeded, every one of them draws the target's tokens."""
+    model, tok, pool, domains, _, _ = run
+    cfg = BenchConfig(queries_per_domain=1, sampled_queries_per_domain=1, max_new_tokens=12,
+                      draft_length=3, policies=(), temperature=0.9, top_p=0.6,
+                      sampled_policies=("normalhedge-cost", "normalhedge-cost-consensus"),
+                      hf_lookup=False, rows_first_target=True, fixed=False,
+                      variant_queries_per_domain=0, router_accuracy_prompts=0, pool_sizes=(),
+                      overhead=False, seeded=True)
+    summary = run_bench(model, tok, pool, domains, cfg, tmp_path, progress=False)
+    assert all(a == n == len(DOMS) for a, n in summary["sampled_identical"].values())
+    rows = [json.loads(line) for line in (tmp_path / "records.jsonl").read_text().splitlines()]
+    hot = {(r["qid"], r["method"]): r["tokens"] for r in rows if r["temperature"] > 0}
+    assert all(hot[(q, "target-rows-first")] == hot[(q, "target")] for q, _ in hot)
+    free = run_bench(model, tok, pool, domains, replace(cfg, top_p=1.0), tmp_path / "free",
+                     progress=False)
+    assert free["sampled_identical"]  # the control: the nucleus changes what is drawn
+    loose = [json.loads(line) for line in (tmp_path / "free" / "records.jsonl").read_text()
+             .splitlines()]
+    assert any(r["tokens"] != hot[(r["qid"], r["method"])] for r in loose
+               if r["temperature"] > 0)
+    assert "### Speed, temperature 0.9, top-p 0.6, mixed stream" in markdown_tables(summary)
+    with pytest.raises(ValueError, match="top_p"):
+        replace(cfg, top_p=0.0)

@@ -158,6 +158,12 @@ def test_bench_temperatures_narrow_the_transformers_streams(temps, temperature, 
     assert cfg.queries_per_domain == PRESETS["headline"].queries_per_domain
 
 
+def test_bench_top_p_reaches_the_transformers_config():
+    parse = build_parser().parse_args
+    assert bench_config(parse(["bench", "--preset", "headline"])).top_p == 1.0
+    assert bench_config(parse(["bench", "--preset", "headline", "--top-p", "0.9"])).top_p == 0.9
+
+
 @pytest.mark.parametrize("temps", ["0.7", "0.0,0.5,0.7"])
 def test_bench_temperatures_without_greedy_or_with_two_samplings_are_refused(temps):
     with pytest.raises(UserError, match=f"at most one sampling temperature.*got {temps}"):
