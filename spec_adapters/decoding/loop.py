@@ -84,7 +84,8 @@ class GenerateOutput:
         ``weights`` (per round, before the choice: the base learner's distribution),
         ``losses`` (``(round_id, loss vector)`` fed to full-information policies),
         ``censored`` (rounds censored at the end), ``gamma`` / ``rho`` (``(N, new_tokens)``
-        float64 per drafter and generated position; ``None`` for bandit / fixed policies),
+        float64 per drafter and generated position, ``NaN`` in a consensus slot's row, which
+        is scored per window; ``None`` for bandit / fixed policies),
         timings in seconds: ``prefill_seconds``, ``select_seconds``, ``draft_seconds``,
         ``verify_seconds``, ``eval_seconds``, ``update_seconds``, ``total_seconds``;
         and ``policy``, ``drafters``, ``draft_length``. The oracle adds ``oracle_mat``
