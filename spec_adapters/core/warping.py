@@ -162,19 +162,21 @@ def top_p_drop(x: torch.Tensor, top_p: float) -> torch.Tensor:
     for m in CANDIDATES:
         if todo.numel() == 0 or m >= V:
             break
-        vals, idx = rows[todo].topk(m, dim=-1)
+        sub = rows[todo]
+        vals, idx = sub.topk(m, dim=-1)
         # no token outside ties the smallest candidate (masked ones, -inf, are dropped anyway)
-        whole = ((rows[todo] >= vals[:, -1:]).sum(-1) == m) | (vals[:, -1] == -math.inf)
+        whole = ((sub >= vals[:, -1:]).sum(-1) == m) | (vals[:, -1] == -math.inf)
         settled = whole & (pi[todo].gather(1, idx).sum(-1) >= top_p * (1 + _SLACK))
         if settled.any():
+            done = todo[settled]
             # the candidates in the sort's order: value descending, the lower id first
             by_id = idx[settled].sort(dim=-1).values
-            order = by_id.gather(1, rows[todo[settled]].gather(1, by_id).argsort(
+            order = by_id.gather(1, sub[settled].gather(1, by_id).argsort(
                 dim=-1, descending=True, stable=True))
-            mass = pi[todo[settled]].gather(1, order)
+            mass = pi[done].gather(1, order)
             kept = mass.cumsum(-1) - mass < top_p
             kept[:, 0] = True
-            drop[todo[settled]] = drop[todo[settled]].scatter(1, order, ~kept)
+            drop[done] = drop[done].scatter(1, order, ~kept)
         todo = todo[~settled]
     if todo.numel():  # the whole row's stable sort
         sorted_x, order = torch.sort(rows[todo], dim=-1, descending=True, stable=True)

@@ -173,7 +173,7 @@ def run_target_rows_first(model, ids, max_new_tokens: int, temperature: float, s
     from spec_adapters.hf.target import TargetModel
 
     target = TargetModel(model, compiled=compiled)
-    sampling = SamplingConfig(temperature, top_p=top_p if temperature > 0 else 1.0)
+    sampling = SamplingConfig(temperature, top_p=top_p)  # greedy reads no top_p
     eos = check_eos(model.generation_config.eos_token_id, target.vocab_size)
     gen = torch.Generator().manual_seed(seed)
     t, clock = time.perf_counter(), TokenClock()
